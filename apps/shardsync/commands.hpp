@@ -1,0 +1,12 @@
+// Each subcommand lives in its own file: an options struct, setup_x() adding it to the
+// app, and run_x() doing the work. main() only wires them up.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace shardsync {
+
+void setup_model_command(CLI::App& app);
+void setup_layout_command(CLI::App& app);
+
+}  // namespace shardsync

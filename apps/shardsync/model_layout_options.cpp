@@ -1,0 +1,82 @@
+#include "model_layout_options.hpp"
+
+#include "common/error.hpp"
+
+namespace shardsync {
+
+void add_model_option(CLI::App* app, std::string* model, const std::string& default_model) {
+  *model = default_model;
+  std::string names;
+  for (const auto& n : bundled_model_names()) names += (names.empty() ? "" : ", ") + n;
+  app->add_option("--model,-m", *model,
+                  "Bundled model name or path to a HuggingFace config.json. Bundled: " + names)
+      ->capture_default_str();
+}
+
+void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
+  std::string models;
+  for (const auto& n : bundled_model_names()) models += (models.empty() ? "" : ", ") + n;
+  app->add_option("--model,-m", opts->model,
+                  "Bundled model name or path to a HuggingFace config.json (default: the layout's "
+                  "model). Bundled: " + models);
+  std::string names;
+  for (const auto& n : bundled_layout_names()) names += (names.empty() ? "" : ", ") + n;
+  app->add_option("--layout,-l", opts->layout,
+                  "Bundled layout name or path to a layout JSON (model, trainer, inference); "
+                  "explicit flags override it. Bundled: " + names);
+  app->add_option("--trainer,-t", opts->trainer,
+                  "Megatron trainer layout, e.g. tp4,pp2,ep8,etp1 (dp is derived when omitted; "
+                  "layers=a/b/.. gives an uneven PP split)");
+  app->add_option("--inference,-i", opts->inference,
+                  "vLLM inference layout per replica, e.g. dp16,ep16 or tp32,ep32 or tp2 "
+                  "(ep<N> enables expert parallelism with N = dp*tp)");
+  app->add_option("--replicas,-r", opts->replicas, "Number of inference replicas")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--world-size", opts->world_size,
+                  "Check that trainer + inference ranks add up to this many (e.g. a Slurm allocation)")
+      ->check(CLI::Range(1, 1 << 24));
+}
+
+ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
+  ResolvedSetup s;
+  TrainerLayout trainer;
+  InferenceLayout inference;
+  int file_world = 0;
+  std::string file_source;
+  std::string model = opts.model;
+  std::string layout = opts.layout;
+  if (layout.empty() && opts.trainer.empty() && opts.inference.empty()) layout = kDefaultLayout;
+  if (!layout.empty()) {
+    LayoutFile f = load_layout(layout);
+    s.layout_name = f.name;
+    file_world = f.world_size;
+    file_source = f.source;
+    trainer = f.trainer;
+    inference = f.inference;
+    if (!f.model.empty() && opts.model.empty()) model = f.model;
+  }
+  if (model.empty()) throw InputError("--model", "(missing)", "give --model NAME|PATH or a --layout naming a model");
+  if (!opts.trainer.empty()) trainer = parse_trainer_spec(opts.trainer);
+  if (!opts.inference.empty()) {
+    int file_replicas = inference.replicas;
+    inference = parse_inference_spec(opts.inference);
+    if (inference.replicas == 0) inference.replicas = file_replicas;  // not given in the spec
+  }
+  if (opts.replicas > 0) inference.replicas = opts.replicas;
+  s.model = std::make_unique<ModelSpec>(load_model(model));
+  s.trainer = std::make_unique<TrainerPlacement>(*s.model, trainer);
+  s.inference = std::make_unique<InferencePlacement>(*s.model, inference);
+  int need = s.trainer->world_size() + s.inference->world_size();
+  auto check_world = [&](int world, const std::string& source, const std::string& field) {
+    if (world > 0 && world != need)
+      throw InputError(source, field,
+                       std::to_string(world) + " ranks given, but the layouts need " + std::to_string(need) +
+                           " ranks (trainer " + trainer.describe() + " = " + std::to_string(s.trainer->world_size()) +
+                           ", inference " + inference.describe() + " = " + std::to_string(s.inference->world_size()) + ")");
+  };
+  if (opts.world_size == 0) check_world(file_world, file_source, "field 'world_size'");
+  check_world(opts.world_size, "--world-size", std::to_string(opts.world_size));
+  return s;
+}
+
+}  // namespace shardsync

@@ -1,0 +1,41 @@
+// Options shared by subcommands that take a model and layouts: --model, --layout,
+// --trainer, --inference, --replicas. Explicit flags override the layout file.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "layout/inference.hpp"
+#include "layout/parse.hpp"
+#include "layout/trainer.hpp"
+#include "model/catalog.hpp"
+
+namespace shardsync {
+
+struct ModelLayoutOptions {
+  std::string model;
+  std::string layout;
+  std::string trainer;
+  std::string inference;
+  int replicas = 0;  // 0: from the layout file or 1
+  int world_size = 0;  // 0: unchecked; else trainer + inference ranks must equal it
+};
+
+void add_model_option(CLI::App* app, std::string* model, const std::string& default_model);
+// Without --layout, --trainer and --inference, the bundled kDefaultLayout is used.
+inline constexpr const char* kDefaultLayout = "tiny-moe-local";
+void add_layout_options(CLI::App* app, ModelLayoutOptions* opts);
+
+// The model and both placements, resolved and validated.
+struct ResolvedSetup {
+  std::unique_ptr<ModelSpec> model;
+  std::unique_ptr<TrainerPlacement> trainer;
+  std::unique_ptr<InferencePlacement> inference;
+  std::string layout_name;  // "" when given by flags only
+};
+ResolvedSetup resolve_setup(const ModelLayoutOptions& opts);
+
+}  // namespace shardsync

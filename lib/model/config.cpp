@@ -1,0 +1,206 @@
+#include "model/config.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "common/json_input.hpp"
+
+namespace shardsync {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::kLlama: return "llama";
+    case Arch::kQwen3: return "qwen3";
+    case Arch::kQwen3Moe: return "qwen3_moe";
+    case Arch::kDeepseekV3: return "deepseek_v3";
+    case Arch::kLlama4: return "llama4";
+  }
+  return "?";
+}
+
+namespace {
+
+struct ArchName {
+  const char* hf;
+  Arch arch;
+};
+constexpr ArchName kArchNames[] = {
+    {"LlamaForCausalLM", Arch::kLlama},
+    {"Qwen3ForCausalLM", Arch::kQwen3},
+    {"Qwen3MoeForCausalLM", Arch::kQwen3Moe},
+    {"DeepseekV3ForCausalLM", Arch::kDeepseekV3},
+    {"Llama4ForConditionalGeneration", Arch::kLlama4},
+    {"Llama4ForCausalLM", Arch::kLlama4},
+};
+
+void parse_attention(const JsonFields& f, ModelConfig& c) {
+  c.num_heads = f.get_int("num_attention_heads");
+  c.num_kv_heads = f.get_int_or("num_key_value_heads", c.num_heads, 1);
+  if (c.num_heads % c.num_kv_heads != 0)
+    f.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.num_heads) +
+                                      "), got " + std::to_string(c.num_kv_heads));
+  if (f.has("head_dim")) {
+    c.head_dim = f.get_int("head_dim");
+  } else {
+    if (c.hidden % c.num_heads != 0)
+      f.fail("head_dim", "missing, and hidden_size (" + std::to_string(c.hidden) +
+                             ") is not a multiple of num_attention_heads (" +
+                             std::to_string(c.num_heads) + ") to derive it");
+    c.head_dim = c.hidden / c.num_heads;
+  }
+  c.attention_bias = f.get_bool_or("attention_bias", false);
+}
+
+void parse_common(const JsonFields& f, ModelConfig& c) {
+  c.hidden = f.get_int("hidden_size");
+  c.num_layers = f.get_int("num_hidden_layers");
+  c.vocab = f.get_int("vocab_size");
+  c.tie_embeddings = f.get_bool_or("tie_word_embeddings", false);
+  std::string dt = f.get_string_or("torch_dtype", f.get_string_or("dtype", "bfloat16"));
+  if (!parse_dtype(dt, &c.dtype))
+    f.fail("torch_dtype", "expected bfloat16, float16 or float32, got \"" + dt + "\"");
+  if (c.dtype == DType::kF8E4M3) c.dtype = DType::kBF16;  // trainers produce bf16
+}
+
+void parse_qwen3_moe(const JsonFields& f, ModelConfig& c) {
+  c.num_experts = f.get_int("num_experts");
+  c.moe_intermediate = f.get_int("moe_intermediate_size");
+  int64_t topk = f.get_int("num_experts_per_tok");
+  if (topk > c.num_experts)
+    f.fail("num_experts_per_tok", "must be <= num_experts (" + std::to_string(c.num_experts) + ")");
+  c.sparse_step = f.get_int_or("decoder_sparse_step", 1, 1);
+  c.mlp_only_layers = f.get_int_list_or("mlp_only_layers", {});
+  for (int64_t l : c.mlp_only_layers)
+    if (l < 0 || l >= c.num_layers)
+      f.fail("mlp_only_layers", "layer index " + std::to_string(l) + " outside [0, " +
+                                    std::to_string(c.num_layers) + ")");
+  c.intermediate = f.get_int_or("intermediate_size", 0, 0);
+  bool any_dense = !c.mlp_only_layers.empty() || c.sparse_step > 1;
+  if (any_dense && c.intermediate <= 0)
+    f.fail("intermediate_size", "required (> 0) because some layers are dense MLP layers");
+}
+
+void parse_deepseek(const JsonFields& f, ModelConfig& c) {
+  if (!f.has("q_lora_rank"))
+    f.fail("q_lora_rank", "null/missing (DeepSeek-V2-Lite style q_proj) is not supported; "
+                          "expected an integer rank");
+  c.q_lora_rank = f.get_int("q_lora_rank");
+  c.kv_lora_rank = f.get_int("kv_lora_rank");
+  c.qk_nope_head_dim = f.get_int("qk_nope_head_dim");
+  c.qk_rope_head_dim = f.get_int("qk_rope_head_dim");
+  c.v_head_dim = f.get_int("v_head_dim");
+  c.num_heads = f.get_int("num_attention_heads");
+  c.num_kv_heads = c.num_heads;
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  c.intermediate = f.get_int("intermediate_size");
+  c.num_experts = f.get_int_or("n_routed_experts", 0, 0);
+  if (c.num_experts > 0) {
+    c.moe_intermediate = f.get_int("moe_intermediate_size");
+    c.num_shared_experts = f.get_int_or("n_shared_experts", 0, 0);
+    c.shared_intermediate = c.moe_intermediate * c.num_shared_experts;
+    c.first_k_dense = f.get_int_or("first_k_dense_replace", 0, 0);
+    if (c.first_k_dense > c.num_layers)
+      f.fail("first_k_dense_replace", "must be <= num_hidden_layers (" +
+                                          std::to_string(c.num_layers) + ")");
+    c.sparse_step = f.get_int_or("moe_layer_freq", 1, 1);
+    c.router_bias = f.get_string_or("topk_method", "") == "noaux_tc";
+    int64_t topk = f.get_int("num_experts_per_tok");
+    if (topk > c.num_experts)
+      f.fail("num_experts_per_tok", "must be <= n_routed_experts (" + std::to_string(c.num_experts) + ")");
+  }
+}
+
+void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
+  parse_attention(f, c);
+  c.num_experts = f.get_int("num_local_experts");
+  c.moe_intermediate = f.get_int("intermediate_size");
+  c.intermediate = f.get_int("intermediate_size_mlp");
+  c.num_shared_experts = 1;
+  c.shared_intermediate = c.moe_intermediate;
+  c.sparse_step = f.get_int_or("interleave_moe_layer_step", 1, 1);
+  c.layer_prefix = "language_model.model.layers.";
+  c.model_prefix = "language_model.model.";
+  c.lm_head_name = "language_model.lm_head.weight";
+}
+
+}  // namespace
+
+std::string supported_architectures() {
+  std::string s;
+  for (const auto& a : kArchNames) s += (s.empty() ? "" : ", ") + std::string(a.hf);
+  return s;
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts == 0) return false;
+  switch (arch) {
+    case Arch::kQwen3Moe:
+      if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+        return false;
+      return (layer + 1) % sparse_step == 0;
+    case Arch::kDeepseekV3:
+      return layer >= first_k_dense && layer % sparse_step == 0;
+    case Arch::kLlama4:
+      return (layer + 1) % sparse_step == 0;
+    default:
+      return false;
+  }
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source,
+                               const std::string& name) {
+  nlohmann::json doc = parse_json_text(json_text, source);
+  JsonFields top(doc, source);
+  ModelConfig c;
+  c.name = name;
+  c.source = source;
+
+  if (!top.raw().contains("architectures") || !top.raw()["architectures"].is_array() ||
+      top.raw()["architectures"].empty() || !top.raw()["architectures"][0].is_string())
+    top.fail("architectures", "expected a non-empty list of strings naming one of: " +
+                                  supported_architectures());
+  c.architecture = top.raw()["architectures"][0].get<std::string>();
+  bool known = false;
+  for (const auto& a : kArchNames)
+    if (c.architecture == a.hf) {
+      c.arch = a.arch;
+      known = true;
+    }
+  if (!known)
+    top.fail("architectures", "unknown architecture \"" + c.architecture +
+                                  "\"; supported: " + supported_architectures());
+  c.model_type = top.get_string_or("model_type", "");
+
+  switch (c.arch) {
+    case Arch::kLlama:
+      parse_common(top, c);
+      parse_attention(top, c);
+      c.intermediate = top.get_int("intermediate_size");
+      break;
+    case Arch::kQwen3:
+      parse_common(top, c);
+      parse_attention(top, c);
+      c.intermediate = top.get_int("intermediate_size");
+      c.qk_norm = true;
+      break;
+    case Arch::kQwen3Moe:
+      parse_common(top, c);
+      parse_attention(top, c);
+      parse_qwen3_moe(top, c);
+      c.qk_norm = true;
+      break;
+    case Arch::kDeepseekV3:
+      parse_common(top, c);
+      parse_deepseek(top, c);
+      break;
+    case Arch::kLlama4: {
+      JsonFields text = top.get_object("text_config");
+      parse_common(text, c);
+      parse_llama4_text(text, c);
+      break;
+    }
+  }
+  return c;
+}
+
+}  // namespace shardsync
