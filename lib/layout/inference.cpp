@@ -100,6 +100,17 @@ int64_t InferencePlacement::expert_map(int moe_rank, int64_t expert) const {
   return expert >= first && expert < first + local_expert_count(moe_rank) ? expert - first : -1;
 }
 
+int64_t InferencePlacement::kv_heads_per_rank() const {
+  int64_t nkv = model_->config().num_kv_heads, T = layout_.tp;
+  return T >= nkv ? 1 : nkv / T;
+}
+
+int64_t InferencePlacement::kv_head_first(int tp_rank) const {
+  int64_t nkv = model_->config().num_kv_heads, T = layout_.tp;
+  int64_t replicas = T >= nkv ? T / nkv : 1;
+  return (tp_rank / replicas) * kv_heads_per_rank();
+}
+
 int64_t InferencePlacement::padded_vocab() const {
   int64_t V = model_->config().vocab;
   return (V + 63) / 64 * 64;

@@ -53,6 +53,11 @@ class InferencePlacement {
   // expert_map[global] for this MoE rank: local index or -1.
   int64_t expert_map(int moe_rank, int64_t expert) const;
 
+  // vLLM QKVParallelLinear: KV heads per TP rank (1 when replicated) and the first KV head
+  // a TP rank keeps (t // (T / nkv) when KV heads are fewer than TP ranks).
+  int64_t kv_heads_per_rank() const;
+  int64_t kv_head_first(int tp_rank) const;
+
   // vLLM VocabParallelEmbedding: padded vocab (multiple of 64) and a rank's real rows.
   int64_t padded_vocab() const;
   int64_t vocab_rows_per_rank() const { return padded_vocab() / layout_.tp; }

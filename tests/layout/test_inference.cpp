@@ -20,12 +20,20 @@ TEST(InferenceLayout, Qwen3Tp8KvHeadReplication) {
   int32_t k = m.find("model.layers.0.self_attn.k_proj.weight");
   int32_t q = m.find("model.layers.0.self_attn.q_proj.weight");
   for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(p.kv_head_first(r), r / 2);  // rank t keeps KV head t // 2
     EXPECT_EQ(p.needed_bytes(r, k), 128 * 4096 * 2);
     EXPECT_EQ(p.needed_bytes(r, q), 1024 * 4096 * 2);
   }
   // No EP: MoE-TP over all 8 ranks, every expert sliced 1536/8.
   int32_t e = m.find("model.layers.0.mlp.experts.7.gate_proj.weight");
   EXPECT_EQ(p.needed_bytes(3, e), 192 * 4096 * 2);
+}
+
+TEST(InferenceLayout, KvHeadsSplitWhenMoreHeadsThanRanks) {
+  ModelSpec m = load_model("qwen3-8b");  // 8 KV heads
+  InferencePlacement p(m, spec("tp2"));
+  EXPECT_EQ(p.kv_heads_per_rank(), 4);
+  EXPECT_EQ(p.kv_head_first(1), 4);
 }
 
 TEST(InferenceLayout, WideEpLinearPlacement) {
