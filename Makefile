@@ -25,6 +25,7 @@ build: configure
 run: build
 	$(SS) model show --model tiny-qwen3-moe
 	$(SS) layout show --layout tiny-moe-local
+	$(SS) plan record --layout tiny-moe-local --out $(BUILD_DIR)/plans-tiny-moe-local.h5
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900

@@ -8,5 +8,6 @@ namespace shardsync {
 
 void setup_model_command(CLI::App& app);
 void setup_layout_command(CLI::App& app);
+void setup_plan_command(CLI::App& app);
 
 }  // namespace shardsync

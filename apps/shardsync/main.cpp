@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "shardsync 0.1.0");
   shardsync::setup_model_command(app);
   shardsync::setup_layout_command(app);
+  shardsync::setup_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
