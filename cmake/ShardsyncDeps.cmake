@@ -2,6 +2,8 @@
 find_package(PkgConfig)
 find_package(Threads REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
+# The C API only: keep Open MPI's and MPICH's deprecated C++ bindings out of C++ units.
+add_compile_definitions(OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)

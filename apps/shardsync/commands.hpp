@@ -9,5 +9,11 @@ namespace shardsync {
 void setup_model_command(CLI::App& app);
 void setup_layout_command(CLI::App& app);
 void setup_plan_command(CLI::App& app);
+void setup_sync_commands(CLI::App& app, int argc, char** argv);
+
+// Thrown by a subcommand that decides the process exit status itself (MPI commands).
+struct SubcommandExit {
+  int status;
+};
 
 }  // namespace shardsync

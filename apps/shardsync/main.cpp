@@ -15,10 +15,13 @@ int main(int argc, char** argv) {
   shardsync::setup_model_command(app);
   shardsync::setup_layout_command(app);
   shardsync::setup_plan_command(app);
+  shardsync::setup_sync_commands(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const shardsync::SubcommandExit& e) {
+    return e.status;
   } catch (const shardsync::Error& e) {
     std::cerr << "shardsync: error: " << e.what() << "\n";
     return 2;

@@ -1,0 +1,256 @@
+#include "sync_runner.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.hpp"
+#include "common/table.hpp"
+#include "plan/store.hpp"
+#include "report/result.hpp"
+
+namespace shardsync {
+
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines) {
+  add_layout_options(app, &o->setup);
+  o->engines = default_engines;
+  o->engine.transport = default_transport_name();
+  std::string transports;
+  for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ", ") + t.name;
+  app->add_option("--engine,-e", o->engines, "Engines to run, in order: broadcast, v1, v2, v3")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"broadcast", "v1", "v2", "v3"}))
+      ->capture_default_str();
+  app->add_option("--syncs,-n", o->syncs, "Timed syncs per engine")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app->add_option("--warmup,-w", o->warmup, "Warm-up syncs per engine, excluded from averages (the first is cold)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app->add_option("--transport", o->engine.transport, "Transport for pulls and control messages (built: " + transports + ")")
+      ->capture_default_str();
+  app->add_option("--plans", o->plans_file, "Load plans from this HDF5 file (shardsync plan record) instead of recording");
+  app->add_option("--send-buffer", o->engine.send_buffer_bytes, "Trainer's registered send buffer (e.g. 64M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--recv-buffer", o->engine.recv_buffer_bytes, "Inference rank's registered receive buffer (e.g. 16M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--chunk", o->engine.chunk_bytes, "Largest packed chunk (capped at half of each buffer)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--inflight", o->engine.inflight, "V3: gathered weight groups a trainer rank may hold at once")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app->add_flag("!--no-verify", o->engine.verify, "Skip verification (pure timing; never the default)");
+  app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
+  app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
+  app->add_option("--inject-corrupt", o->engine.corrupt_at_sync, "Test hook: flip one received bit at this sync")
+      ->group("Testing");
+  app->add_option("--inject-stale", o->engine.stale_at_sync, "Test hook: keep one trainer tensor stale at this sync")
+      ->group("Testing");
+}
+
+namespace {
+
+struct RankInfo {
+  int32_t rank;
+  int32_t trainer;
+  int32_t replica, local, tp, pp, dp, ep;
+  char host[64];
+};
+
+void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& transport, MPI_Comm comm) {
+  RankInfo mine{};
+  mine.rank = w.rank;
+  mine.trainer = w.trainer;
+  gethostname(mine.host, sizeof mine.host - 1);
+  if (w.trainer) {
+    mine.replica = -1;
+    mine.local = -1;
+    mine.tp = s.trainer->tp_rank_of(w.rank);
+    mine.pp = s.trainer->pp_rank_of(w.rank);
+    mine.dp = s.trainer->dp_rank_of(w.rank);
+    mine.ep = s.trainer->ep_rank_of(w.rank);
+  } else {
+    InferenceCoord c = s.inference->coord(w.inference_rank);
+    mine.replica = c.replica;
+    mine.local = c.local;
+    mine.tp = c.tp_rank;
+    mine.pp = c.pp_rank;
+    mine.dp = c.dp_rank;
+    mine.ep = s.inference->ep() ? c.moe_rank : -1;
+  }
+  std::vector<RankInfo> all(size_t(w.rank == 0 ? w.size : 0));
+  MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, comm));
+  if (w.rank != 0) return;
+  Table t({{"rank", ""}, {"role", "", true}, {"replica", ""}, {"local", ""}, {"tp", ""}, {"pp", ""}, {"dp", ""},
+           {"ep", ""}, {"host", "", true}, {"device", "", true}, {"transport", "", true}});
+  t.add_title("rank map: trainer " + s.trainer->layout().describe() + " (" + std::to_string(s.trainer->world_size()) +
+              " ranks) -> inference " + s.inference->layout().describe() + " (" +
+              std::to_string(s.inference->world_size()) + " ranks)");
+  for (const RankInfo& r : all) {
+    auto opt = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
+    t.add_row({fmt_int(r.rank), r.trainer ? "trainer" : "inference", opt(r.replica), opt(r.local), fmt_int(r.tp),
+               fmt_int(r.pp), fmt_int(r.dp), opt(r.ep), r.host, "cpu", transport});
+  }
+  t.print(std::cout);
+  std::cout.flush();
+}
+
+// Names the first mismatch of a rank for the error message.
+std::string describe_mismatch(const RankStats& r, const World& w, const ResolvedSetup& s, const std::vector<RankPlan>& plans) {
+  int inf_rank = r.rank - w.num_trainers;
+  const RankPlan& p = plans[size_t(s.inference->coord(inf_rank).local)];
+  std::string param = r.bad_param >= 0 ? p.params[size_t(r.bad_param)].name : "?";
+  std::string hf = "(padding)";
+  for (const PlanEntry& e : p.entries) {
+    if (e.engine_param != r.bad_param) continue;
+    bool hit = false;
+    for_each_index(e.copy, [&](int64_t, int64_t d) { hit = hit || d == r.bad_index; });
+    if (hit) hf = e.is_fill() ? "(padding)" : s.model->param(e.hf_param).name;
+  }
+  return "rank " + std::to_string(r.rank) + " (inference rank " + std::to_string(inf_rank) + "): " +
+         std::to_string(r.mismatches) + " wrong elements; first in " + param + " (from " + hf + ") at element " +
+         std::to_string(r.bad_index);
+}
+
+}  // namespace
+
+int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  // ---- set-up: every rank parses, resolves and records (or loads) the plans -------------------
+  ResolvedSetup s;
+  std::vector<RankPlan> plans;
+  std::string setup_error;
+  double plan_s = 0;
+  try {
+    s = resolve_setup(o.setup);
+    int need = s.trainer->world_size() + s.inference->world_size();
+    if (size != need)
+      throw InputError("mpirun", "-np " + std::to_string(size),
+                       "the layouts need " + std::to_string(need) + " ranks: trainer " + s.trainer->layout().describe() +
+                           " = " + std::to_string(s.trainer->world_size()) + ", inference " +
+                           s.inference->layout().describe() + " = " + std::to_string(s.inference->world_size()));
+    for (const auto& name : o.engines) {
+      EngineKind k;
+      if (!parse_engine(name, &k)) throw InputError("--engine", name, "expected broadcast, v1, v2 or v3");
+    }
+    make_transport(o.engine.transport);  // validates the name
+    double t0 = MPI_Wtime();
+    if (!o.plans_file.empty()) plans = read_plans(o.plans_file, *s.model, *s.inference).plans;
+    else plans = record_plans(*s.model, *s.inference);
+    plan_s = MPI_Wtime() - t0;
+  } catch (const std::exception& e) {
+    setup_error = e.what();
+  }
+  int failed_rank = setup_error.empty() ? size : rank, first_failed = size;
+  MPI_Allreduce(&failed_rank, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_failed < size) {
+    if (rank == first_failed) std::cerr << "shardsync: error: " << setup_error << "\n";
+    MPI_Finalize();
+    return 2;
+  }
+
+  // ---- the run: any error from here on aborts every rank ------------------------------------------
+  try {
+    World w = World::create(MPI_COMM_WORLD, *s.trainer, *s.inference);
+    Engines engines(w, *s.model, *s.trainer, *s.inference, plans, o.engine);
+    double reg_s = engines.bootstrap();
+    print_rank_map(w, s, o.engine.transport, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::cout << "# model " << s.model->name() << " (" << fmt_human_bytes(s.model->total_bytes()) << "), plans "
+                << (o.plans_file.empty() ? "recorded" : "loaded from " + o.plans_file) << " in " << fmt_fixed(plan_s, 3)
+                << " s, registration " << fmt_fixed(reg_s, 3) << " s, transport " << engines.transport_description()
+                << "\n# send buffer " << fmt_human_bytes(o.engine.send_buffer_bytes) << ", receive buffer "
+                << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk " << fmt_human_bytes(o.engine.effective_chunk_bytes())
+                << ", v3 inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
+    }
+    std::vector<EngineRun> runs;
+    uint64_t version = 1;
+    std::string failure;
+    for (const auto& name : o.engines) {
+      EngineKind kind;
+      parse_engine(name, &kind);
+      EngineRun run;
+      run.engine = name;
+      run.warmup = o.warmup;
+      for (int k = 0; k < o.warmup + o.syncs; ++k) {
+        RankStats mine = engines.sync(kind, k, version++);
+        std::vector<RankStats> all = engines.collect(mine);
+        if (rank != 0) continue;
+        double t = 0;
+        int64_t wrong = 0;
+        for (const RankStats& r : all) {
+          t = std::max(t, r.total_s);
+          wrong += r.mismatches;
+          if (r.mismatches > 0 && failure.empty())
+            failure = "verification failed in " + name + " sync " + std::to_string(k) + " (weights version " +
+                      std::to_string(version - 1) + "): " + describe_mismatch(r, w, s, plans);
+        }
+        if (!o.quiet)
+          std::cerr << "# " << name << " sync " << (k + 1) << "/" << (o.warmup + o.syncs) << (k < o.warmup ? " (warm-up)" : "")
+                    << ": " << fmt_fixed(t, 6) << " s, " << wrong << " wrong\n";
+        run.syncs.push_back(std::move(all));
+        if (!failure.empty()) break;
+      }
+      if (rank == 0) runs.push_back(std::move(run));
+      if (!failure.empty()) break;
+    }
+    if (rank == 0) {
+      std::vector<EngineSummary> rows;
+      for (const auto& r : runs) rows.push_back(summarize(r));
+      print_summary_table(std::cout, rows,
+                          "model " + s.model->name() + ", " + std::to_string(o.syncs) + " timed syncs after " +
+                              std::to_string(o.warmup) + " warm-up, time = slowest rank per sync, averaged");
+      std::cout.flush();
+      if (!o.json_out.empty()) {
+        nlohmann::json j = provenance(argc, argv);
+        j["config"] = {{"model", s.model->name()},
+                       {"model_source", s.model->config().source},
+                       {"layout", s.layout_name},
+                       {"trainer", s.trainer->layout().describe()},
+                       {"inference", s.inference->layout().describe()},
+                       {"replicas", s.inference->layout().replicas},
+                       {"ranks", size},
+                       {"transport", engines.transport_description()},
+                       {"send_buffer_bytes", o.engine.send_buffer_bytes},
+                       {"recv_buffer_bytes", o.engine.recv_buffer_bytes},
+                       {"chunk_bytes", o.engine.effective_chunk_bytes()},
+                       {"bucket_bytes", o.engine.bucket_bytes},
+                       {"inflight", o.engine.inflight},
+                       {"verify", o.engine.verify},
+                       {"syncs", o.syncs},
+                       {"warmup", o.warmup},
+                       {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};
+        j["setup"] = {{"plan_s", plan_s}, {"registration_s", reg_s}};
+        j["model_bytes"] = s.model->total_bytes();
+        for (const auto& r : runs) j["engines"].push_back(run_json(r));
+        if (!failure.empty()) j["failure"] = failure;
+        std::ofstream out(o.json_out);
+        out << j.dump(1) << "\n";
+        if (!out) throw InputError(o.json_out, "(output)", "cannot write the JSON result");
+      }
+      if (!failure.empty()) {
+        std::cerr << "shardsync: error: " << failure << "\n";
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
+    engines.shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "shardsync: error on rank " << rank << ": " << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace shardsync

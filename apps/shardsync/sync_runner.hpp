@@ -1,0 +1,28 @@
+// The mpirun-launched part of the CLI (sync, bench): parse, set up MPI and ranks, print the
+// rank map, run the engines, report, finalize.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "model_layout_options.hpp"
+
+namespace shardsync {
+
+struct SyncRunOptions {
+  ModelLayoutOptions setup;
+  std::vector<std::string> engines;
+  int syncs = 3;
+  int warmup = 1;
+  SyncOptions engine;
+  std::string plans_file;
+  std::string json_out;
+  bool quiet = false;
+};
+
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines);
+// Returns the process exit status. Initializes and finalizes MPI.
+int run_syncs(const SyncRunOptions& o, int argc, char** argv);
+
+}  // namespace shardsync

@@ -1,0 +1,101 @@
+// Weight sync engines: producer (trainer) and consumer (inference) sides of the broadcast
+// baseline and the sharded pull engines V1, V2, V3 of the seed design.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layout/inference.hpp"
+#include "layout/trainer.hpp"
+#include "plan/plan.hpp"
+#include "plan/routes.hpp"
+#include "transport/transport.hpp"
+
+namespace shardsync {
+
+enum class EngineKind : uint8_t { kBroadcast = 0, kV1 = 1, kV2 = 2, kV3 = 3 };
+const char* engine_name(EngineKind k);
+bool parse_engine(const std::string& s, EngineKind* out);
+SourcePolicy source_policy(EngineKind k);
+
+struct SyncOptions {
+  std::string transport;                // "ucx" or "mpi"
+  int64_t send_buffer_bytes = 64 << 20;  // trainer's registered send buffer
+  int64_t recv_buffer_bytes = 16 << 20;  // consumer's registered receive buffer
+  int64_t chunk_bytes = 4 << 20;         // largest packed chunk (capped at half of each buffer)
+  int64_t bucket_bytes = 64 << 20;       // broadcast bucket
+  int inflight = 2;                      // V3: gathered weight groups a trainer may hold
+  bool verify = true;
+  // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
+  int corrupt_at_sync = -1;
+  int stale_at_sync = -1;
+
+  int64_t effective_chunk_bytes() const;
+};
+
+// Ranks 0..T-1 train, the rest serve inference; communicators built once at start-up.
+struct World {
+  MPI_Comm comm = MPI_COMM_NULL;      // MPI_COMM_WORLD
+  int rank = 0, size = 0;
+  int num_trainers = 0;
+  bool trainer = false;
+  int inference_rank = -1;  // rank among inference ranks
+  int local_rank = -1;      // rank within its replica
+  int replica = -1;
+  MPI_Comm trainers = MPI_COMM_NULL;  // all trainer ranks
+  MPI_Comm tp_group = MPI_COMM_NULL;  // dense TP group (same dp, pp)
+  MPI_Comm etp_group = MPI_COMM_NULL; // expert TP group (same ep, edp, pp)
+  MPI_Comm bcast = MPI_COMM_NULL;     // rank 0 + every inference rank (broadcast baseline)
+
+  static World create(MPI_Comm comm, const TrainerPlacement& trainer, const InferencePlacement& inference);
+};
+
+// What one rank did in one sync. Times are busy seconds in each phase (phases overlap in
+// V3, so they need not sum to the total).
+struct RankStats {
+  int32_t rank = 0;
+  int32_t trainer = 0;
+  double total_s = 0;      // START (consumer) or trainer barrier, to weights live / units released
+  double gather_s = 0;
+  double pack_s = 0;
+  double transfer_s = 0;   // consumer: get posted -> landed, summed; broadcast: time in MPI_Bcast
+  double wait_s = 0;       // idle waiting for data or buffer space
+  double process_s = 0;    // unpack into the layerwise buffer + process + copy into live weights
+  double verify_s = 0;
+  int64_t bytes_in = 0;    // bytes this rank received (gets or broadcast)
+  int64_t bytes_out = 0;   // bytes peers pulled from this rank
+  int64_t messages = 0;    // control messages sent
+  int64_t gets = 0;
+  int64_t peak_staging_bytes = 0;  // gathered slabs + send/recv/bucket + layerwise buffers
+  int64_t mismatches = 0;
+  int32_t bad_param = -1;          // engine parameter of the first mismatch
+  int64_t bad_index = -1;          // its element index
+};
+
+class Engines {
+ public:
+  Engines(World& world, const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
+          const std::vector<RankPlan>& plans, const SyncOptions& options);
+  ~Engines();
+  // Registration and key exchange (collective); returns seconds spent.
+  double bootstrap();
+  // One sync of `engine` with weights of `version` (every rank calls it).
+  RankStats sync(EngineKind engine, int sync_index, uint64_t version);
+  // Every rank's stats of the last sync, on rank 0 (empty elsewhere). Trainers use a
+  // trainer-only gather; consumers report with a control message.
+  std::vector<RankStats> collect(const RankStats& mine);
+  // Releases transport registrations (collective, normal path only).
+  void shutdown();
+  std::string transport_description() const;
+  const RankPlan* my_plan() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardsync

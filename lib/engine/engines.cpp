@@ -1,0 +1,359 @@
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "engine/internal.hpp"
+
+namespace shardsync {
+
+const char* engine_name(EngineKind k) {
+  switch (k) {
+    case EngineKind::kBroadcast: return "broadcast";
+    case EngineKind::kV1: return "v1";
+    case EngineKind::kV2: return "v2";
+    case EngineKind::kV3: return "v3";
+  }
+  return "?";
+}
+
+bool parse_engine(const std::string& s, EngineKind* out) {
+  for (EngineKind k : {EngineKind::kBroadcast, EngineKind::kV1, EngineKind::kV2, EngineKind::kV3})
+    if (s == engine_name(k)) {
+      *out = k;
+      return true;
+    }
+  return false;
+}
+
+SourcePolicy source_policy(EngineKind k) {
+  switch (k) {
+    case EngineKind::kBroadcast: return SourcePolicy::kRootOnly;
+    case EngineKind::kV1: return SourcePolicy::kEverywhere;
+    default: return SourcePolicy::kStageLocal;
+  }
+}
+
+int64_t SyncOptions::effective_chunk_bytes() const {
+  return std::max<int64_t>(16, std::min({chunk_bytes, send_buffer_bytes / 2, recv_buffer_bytes / 2}) & ~int64_t(15));
+}
+
+// ---- small utilities ------------------------------------------------------------------------
+
+std::optional<int64_t> RangeAllocator::alloc(int64_t bytes) {
+  bytes = (bytes + 63) & ~int64_t(63);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < bytes) continue;
+    int64_t off = it->first, len = it->second;
+    free_.erase(it);
+    if (len > bytes) free_[off + bytes] = len - bytes;
+    return off;
+  }
+  return std::nullopt;
+}
+
+void RangeAllocator::release(int64_t offset, int64_t bytes) {
+  bytes = (bytes + 63) & ~int64_t(63);
+  auto it = free_.emplace(offset, bytes).first;
+  auto next = std::next(it);
+  if (next != free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_.erase(next);
+  }
+  if (it != free_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_.erase(it);
+    }
+  }
+}
+
+BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
+
+BackgroundWorker::~BackgroundWorker() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BackgroundWorker::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void BackgroundWorker::drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_.wait(l, [this] { return tasks_.empty() && !busy_; });
+}
+
+void BackgroundWorker::loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [this] { return stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+    l.unlock();
+    task();
+    l.lock();
+    busy_ = false;
+    if (tasks_.empty()) idle_.notify_all();
+  }
+}
+
+// ---- world ------------------------------------------------------------------------------------
+
+World World::create(MPI_Comm comm, const TrainerPlacement& tr, const InferencePlacement& inf) {
+  World w;
+  w.comm = comm;
+  MPI_CHECK(MPI_Comm_rank(comm, &w.rank));
+  MPI_CHECK(MPI_Comm_size(comm, &w.size));
+  w.num_trainers = tr.world_size();
+  w.trainer = w.rank < w.num_trainers;
+  if (!w.trainer) {
+    w.inference_rank = w.rank - w.num_trainers;
+    InferenceCoord c = inf.coord(w.inference_rank);
+    w.local_rank = c.local;
+    w.replica = c.replica;
+  }
+  auto split = [&](int color, int key, MPI_Comm* out) {
+    MPI_CHECK(MPI_Comm_split(comm, color, key, out));
+    if (color == MPI_UNDEFINED) *out = MPI_COMM_NULL;
+  };
+  split(w.trainer ? 0 : MPI_UNDEFINED, w.rank, &w.trainers);
+  if (w.trainer) {
+    int dp = tr.dp_rank_of(w.rank), pp = tr.pp_rank_of(w.rank), t = tr.tp_rank_of(w.rank);
+    split(dp + tr.dp() * pp, t, &w.tp_group);
+    int et = w.rank % tr.etp(), ep = tr.ep_rank_of(w.rank), edp = (w.rank / (tr.etp() * tr.ep())) % tr.edp();
+    split(ep + tr.ep() * (edp + tr.edp() * pp), et, &w.etp_group);
+  } else {
+    split(MPI_UNDEFINED, 0, &w.tp_group);
+    split(MPI_UNDEFINED, 0, &w.etp_group);
+  }
+  split(w.rank == 0 || !w.trainer ? 0 : MPI_UNDEFINED, w.rank, &w.bcast);
+  return w;
+}
+
+// ---- Impl ---------------------------------------------------------------------------------
+
+Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
+                    const std::vector<RankPlan>& p, const SyncOptions& o)
+    : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
+  chunk_bytes = opt.effective_chunk_bytes();
+  transport = make_transport(opt.transport);
+  if (world.trainer) {
+    shards = std::make_unique<TrainerShards>(model, trainer, world.rank);
+    send_buffer.resize(size_t(opt.send_buffer_bytes));
+  } else {
+    plan = &plans.at(size_t(world.local_rank));
+    landing.resize(size_t(opt.recv_buffer_bytes));
+    int64_t off = 0;
+    for (const EngineParam& ep : plan->params) {
+      param_offset.push_back(off);
+      group_of_param.push_back(ep.group);
+      auto& span = group_span[ep.group];
+      if (span.second == 0) span.first = off;
+      span.second += ep.bytes();
+      off += ep.bytes();
+    }
+    live.assign(size_t(off), 0);
+    for (const PlanEntry& e : plan->entries)
+      if (!e.is_fill())
+        group_copy_bytes[group_of_param[size_t(e.engine_param)]] +=
+            e.numel() * dtype_bytes(plan->params[size_t(e.engine_param)].dtype);
+  }
+}
+
+const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
+  auto it = routes.find(int(policy));
+  if (it == routes.end())
+    it = routes.emplace(int(policy), route_plans(model, trainer, plans, inference.layout().replicas, policy)).first;
+  return it->second;
+}
+
+std::vector<int> Engines::Impl::consumers_of_local(int local_rank) const {
+  std::vector<int> out;
+  int per = inference.layout().ranks_per_replica();
+  for (int r = 0; r < inference.layout().replicas; ++r) out.push_back(world.num_trainers + r * per + local_rank);
+  return out;
+}
+
+const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
+  auto it = producer_schedules.find(int(e));
+  if (it != producer_schedules.end()) return it->second;
+  ProducerSchedule s;
+  s.units = make_units(model, e, opt.bucket_bytes);
+  s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
+  s.expected.assign(s.units.size(), std::vector<std::vector<ChunkPiece>>(plans.size()));
+  if (e != EngineKind::kBroadcast) {
+    const Routes& r = routes_for(source_policy(e));
+    for (const RankPlan& p : plans)
+      for (const Pull& pull : r.pulls[size_t(p.local_rank)]) {
+        if (pull.trainer_rank != world.rank) continue;
+        const PlanEntry& entry = p.entries[size_t(pull.entry)];
+        s.expected[size_t(s.unit_of_hf[size_t(entry.hf_param)])][size_t(p.local_rank)].push_back(
+            ChunkPiece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0});
+      }
+  }
+  return producer_schedules.emplace(int(e), std::move(s)).first->second;
+}
+
+const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
+  auto it = consumer_schedules.find(int(e));
+  if (it != consumer_schedules.end()) return it->second;
+  ConsumerSchedule s;
+  s.units = make_units(model, e, opt.bucket_bytes);
+  s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
+  if (e != EngineKind::kBroadcast) {
+    const Routes& r = routes_for(source_policy(e));
+    s.pulls = make_rank_schedule(s.units, s.unit_of_hf, *plan, r.pulls[size_t(world.local_rank)]);
+    s.chunks.resize(s.units.size());
+    for (size_t u = 0; u < s.units.size(); ++u)
+      for (const auto& [t, pulls] : s.pulls.pulls[u]) {
+        s.chunks[u].emplace_back(t, make_chunks(model, pulls, chunk_bytes));
+        s.num_chunks += int64_t(s.chunks[u].back().second.size());
+      }
+  }
+  return consumer_schedules.emplace(int(e), std::move(s)).first->second;
+}
+
+std::vector<uint8_t>& Engines::Impl::layerwise(int32_t group, std::map<int32_t, std::vector<uint8_t>>& buffers,
+                                              StagingMeter& meter) {
+  auto it = buffers.find(group);
+  if (it != buffers.end()) return it->second;
+  auto& buf = buffers[group];
+  int64_t bytes = group_span.at(group).second;
+  buf.resize(size_t(bytes));
+  meter.add(bytes);
+  // Padding rows of this group's parameters: the loaders' zero_() entries.
+  int64_t base = group_span.at(group).first;
+  for (const PlanEntry& e : plan->entries)
+    if (e.is_fill() && group_of_param[size_t(e.engine_param)] == group)
+      execute_fill(e.copy, buf.data() + (param_offset[size_t(e.engine_param)] - base),
+                   dtype_bytes(plan->params[size_t(e.engine_param)].dtype));
+  return buf;
+}
+
+void Engines::Impl::verify(uint64_t version, RankStats& st) {
+  PhaseTimer t(st.verify_s);
+  for (const PlanEntry& e : plan->entries) {
+    const EngineParam& ep = plan->params[size_t(e.engine_param)];
+    int64_t eb = dtype_bytes(ep.dtype);
+    const uint8_t* base = live.data() + param_offset[size_t(e.engine_param)];
+    uint64_t seed = e.is_fill() ? 0 : synth_seed(e.hf_param, version);
+    for_each_index(e.copy, [&](int64_t s, int64_t d) {
+      uint64_t want = e.is_fill() ? 0 : synth_bits(seed, s);
+      uint64_t got = 0;
+      std::memcpy(&got, base + d * eb, size_t(eb));
+      uint64_t mask = eb >= 8 ? ~0ULL : ((1ULL << (8 * eb)) - 1);
+      if ((want & mask) != got) {
+        if (st.mismatches == 0) {
+          st.bad_param = e.engine_param;
+          st.bad_index = d;
+        }
+        ++st.mismatches;
+      }
+    });
+  }
+}
+
+// ---- public API -------------------------------------------------------------------------
+
+Engines::Engines(World& world, const ModelSpec& model, const TrainerPlacement& trainer,
+                 const InferencePlacement& inference, const std::vector<RankPlan>& plans, const SyncOptions& options)
+    : impl_(std::make_unique<Impl>(world, model, trainer, inference, plans, options)) {}
+
+Engines::~Engines() = default;
+
+double Engines::bootstrap() {
+  double t0 = now_s();
+  Registration reg;
+  if (impl_->world.trainer) {
+    reg.export_base = impl_->send_buffer.data();
+    reg.export_bytes = impl_->send_buffer.size();
+  } else {
+    reg.landing_base = impl_->landing.data();
+    reg.landing_bytes = impl_->landing.size();
+  }
+  impl_->transport->bootstrap(impl_->world.comm, reg);
+  MPI_CHECK(MPI_Barrier(impl_->world.comm));
+  return now_s() - t0;
+}
+
+RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
+  Impl& m = *impl_;
+  if (m.world.trainer) {
+    int32_t stale = -1;
+    if (sync_index == m.opt.stale_at_sync && !m.shards->shards().empty()) stale = m.shards->shards().front().hf;
+    m.shards->fill(version, stale);
+    MPI_CHECK(MPI_Barrier(m.world.trainers));
+    if (m.world.rank == 0) {
+      CtrlMsg start;
+      start.type = kMsgStart;
+      start.a = sync_index;
+      start.b = int(engine);
+      start.x = int64_t(version);
+      for (int r = m.world.num_trainers; r < m.world.size; ++r) m.transport->send(r, start);
+      m.transport->flush_sends();  // before any blocking collective (broadcast)
+    }
+    return engine == EngineKind::kBroadcast ? m.run_broadcast_trainer(sync_index, version)
+                                            : m.run_producer(engine, sync_index, version);
+  }
+  return engine == EngineKind::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
+                                          : m.run_consumer(engine, sync_index, version);
+}
+
+std::vector<RankStats> Engines::collect(const RankStats& mine) {
+  Impl& m = *impl_;
+  std::vector<RankStats> all;
+  if (!m.world.trainer) {
+    CtrlMsg r;
+    r.type = kMsgReport;
+    r.payload.resize(sizeof mine);
+    std::memcpy(r.payload.data(), &mine, sizeof mine);
+    m.transport->send(0, r);
+    m.transport->flush_sends();
+    return all;
+  }
+  std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
+  MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine), MPI_BYTE, 0, m.world.trainers));
+  if (m.world.rank != 0) return all;
+  all = trainers;
+  all.resize(size_t(m.world.size));
+  int missing = m.world.size - m.world.num_trainers;
+  while (missing > 0) {
+    CtrlMsg msg;
+    if (!m.early_reports.empty()) {
+      msg = std::move(m.early_reports.front());
+      m.early_reports.pop_front();
+    } else if (!m.transport->poll(&msg)) {
+      m.transport->progress();
+      idle_pause();
+      continue;
+    }
+    if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) || msg.from < m.world.num_trainers)
+      throw Error("rank 0: unexpected message " + std::to_string(msg.type) + " from rank " + std::to_string(msg.from) +
+                  " while collecting reports");
+    std::memcpy(&all[size_t(msg.from)], msg.payload.data(), sizeof(RankStats));
+    --missing;
+  }
+  return all;
+}
+
+void Engines::shutdown() { impl_->transport->shutdown(); }
+
+std::string Engines::transport_description() const { return impl_->transport->describe(); }
+
+const RankPlan* Engines::my_plan() const { return impl_->plan; }
+
+}  // namespace shardsync

@@ -1,0 +1,80 @@
+// The trainer-side gather of one unit under a source policy: all-gather over every trainer
+// rank (V1), TP/ETP all-gather within the PP stage (V2, V3), or gather to rank 0
+// (broadcast). Non-blocking: post, then test() until complete, so V3 overlaps the gather
+// of the next weight group with the pulls of the current one.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/schedule.hpp"
+#include "engine/synthetic.hpp"
+
+namespace shardsync {
+
+// Elements [lo, hi) of an HF tensor, contiguous, served by this rank.
+struct SlabRef {
+  const uint8_t* data = nullptr;
+  int64_t lo = 0, hi = 0;
+};
+
+struct GatherContext {
+  const ModelSpec* model = nullptr;
+  const TrainerPlacement* trainer = nullptr;
+  const TrainerShards* shards = nullptr;
+  const World* world = nullptr;
+};
+
+class UnitGather {
+ public:
+  UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy policy);
+  ~UnitGather();
+  UnitGather(const UnitGather&) = delete;
+  UnitGather& operator=(const UnitGather&) = delete;
+  // Progresses the collectives; true once every slab is assembled.
+  bool test();
+  void wait();
+  const SlabRef* slab(int32_t hf) const;
+  int64_t staging_bytes() const { return staging_bytes_; }
+  bool communicates() const { return !comms_.empty(); }
+
+ private:
+  struct Contribution {
+    int32_t hf;
+    Box box;
+    int64_t bytes;
+  };
+  struct CommGather {
+    MPI_Comm comm = MPI_COMM_NULL;
+    bool to_root = false;            // Igatherv to comm rank 0 instead of Iallgatherv
+    std::vector<std::vector<Contribution>> by_member;  // per comm rank
+    std::vector<int> counts, displs;
+    std::vector<uint8_t> send, recv;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool receives = true;            // false for non-root ranks of a gather to root
+  };
+  struct OwnedSlab {
+    int32_t hf;
+    int64_t lo, hi;
+    std::vector<uint8_t> data;
+  };
+  void plan_tensor(int32_t hf, SourcePolicy policy);
+  CommGather& comm_for(MPI_Comm comm, bool to_root, const std::vector<int>& members);
+  void assemble(CommGather& g);
+
+  GatherContext ctx_;
+  int rank_ = 0;
+  std::vector<std::unique_ptr<CommGather>> comms_;
+  std::vector<std::vector<int>> comm_members_;
+  std::vector<std::unique_ptr<OwnedSlab>> owned_;
+  std::unordered_map<int32_t, SlabRef> slabs_;
+  std::unordered_map<int32_t, OwnedSlab*> owned_by_hf_;
+  bool done_ = false;
+  int64_t staging_bytes_ = 0;
+};
+
+}  // namespace shardsync

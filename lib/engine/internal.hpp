@@ -1,0 +1,159 @@
+// Engine internals shared by the producer, consumer and broadcast implementations.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "engine/engine.hpp"
+#include "engine/gather.hpp"
+#include "engine/schedule.hpp"
+#include "engine/synthetic.hpp"
+
+namespace shardsync {
+
+enum MsgType : uint32_t {
+  kMsgStart = 1,    // a = sync index, b = engine, x = version
+  kMsgRequest = 2,  // a = unit, b = local rank; payload = pulls
+  kMsgReady = 3,    // a = unit, b = chunk, c = local rank, x = remote offset, y = bytes, z = version
+  kMsgDone = 4,     // a = unit, b = chunk, c = local rank
+  kMsgReport = 5,   // payload = RankStats
+};
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Called when a polling loop made no progress: gives the core to another rank (test runs
+// oversubscribe cores).
+inline void idle_pause() { std::this_thread::yield(); }
+
+// Adds elapsed time to a counter when it goes out of scope.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double& acc) : acc_(acc), t0_(now_s()) {}
+  ~PhaseTimer() { acc_ += now_s() - t0_; }
+
+ private:
+  double& acc_;
+  double t0_;
+};
+
+// Current and peak bytes of staging memory on a rank (sub may come from the background
+// thread).
+class StagingMeter {
+ public:
+  void add(int64_t b) {
+    int64_t now = cur_.fetch_add(b) + b;
+    int64_t p = peak_.load();
+    while (now > p && !peak_.compare_exchange_weak(p, now)) {
+    }
+  }
+  void sub(int64_t b) { cur_.fetch_sub(b); }
+  int64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<int64_t> cur_{0}, peak_{0};
+};
+
+// First-fit allocator over a byte range (send and receive buffers).
+class RangeAllocator {
+ public:
+  explicit RangeAllocator(int64_t size = 0) : size_(size) { free_[0] = size; }
+  std::optional<int64_t> alloc(int64_t bytes);
+  void release(int64_t offset, int64_t bytes);
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_;
+  std::map<int64_t, int64_t> free_;  // offset -> length
+};
+
+// Runs tasks in order on one background thread (V3: process + copy into live weights).
+class BackgroundWorker {
+ public:
+  BackgroundWorker();
+  ~BackgroundWorker();
+  void submit(std::function<void()> task);
+  void drain();  // waits until every submitted task has run
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false, busy_ = false;
+  std::thread thread_;
+};
+
+// The consumer's view of one engine: units, and per unit the chunks from each trainer.
+struct ConsumerSchedule {
+  std::vector<Unit> units;
+  std::vector<int32_t> unit_of_hf;
+  // chunks[unit] = list of (trainer, chunks)
+  std::vector<std::vector<std::pair<int, std::vector<Chunk>>>> chunks;
+  RankSchedule pulls;
+  int64_t num_chunks = 0;
+};
+
+// The producer's view of one engine.
+struct ProducerSchedule {
+  std::vector<Unit> units;
+  std::vector<int32_t> unit_of_hf;
+  // expected[unit][local rank] = the pulls this trainer serves (from the routes)
+  std::vector<std::vector<std::vector<ChunkPiece>>> expected;
+};
+
+struct Engines::Impl {
+  World& world;
+  const ModelSpec& model;
+  const TrainerPlacement& trainer;
+  const InferencePlacement& inference;
+  const std::vector<RankPlan>& plans;
+  SyncOptions opt;
+  std::unique_ptr<Transport> transport;
+  int64_t chunk_bytes = 0;
+
+  // Trainer state.
+  std::unique_ptr<TrainerShards> shards;
+  std::vector<uint8_t> send_buffer;
+  std::map<int, ProducerSchedule> producer_schedules;  // by engine
+  // Cached requests: [engine][unit][local rank] -> decoded pulls (V2/V3 keep them across syncs).
+  std::map<int, std::vector<std::vector<std::optional<std::vector<ChunkPiece>>>>> request_cache;
+
+  // Consumer state.
+  const RankPlan* plan = nullptr;
+  std::vector<uint8_t> landing;
+  std::vector<uint8_t> live;                 // live weights, engine params in creation order
+  std::vector<int64_t> param_offset;         // byte offset of each engine param in `live`
+  std::vector<int32_t> group_of_param;
+  std::map<int32_t, std::pair<int64_t, int64_t>> group_span;  // group -> (offset, bytes) in live
+  std::map<int32_t, int64_t> group_copy_bytes;                // bytes pulled per group (plan copies)
+  std::map<int, ConsumerSchedule> consumer_schedules;
+  std::map<int, bool> requests_sent;  // V2/V3: metadata sent once per engine
+  std::map<int, Routes> routes;       // by source policy
+  std::deque<CtrlMsg> early_reports;  // rank 0: REPORTs that arrived while it still served
+
+  Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
+       const std::vector<RankPlan>& p, const SyncOptions& o);
+
+  const Routes& routes_for(SourcePolicy policy);
+  const ProducerSchedule& producer_schedule(EngineKind e);
+  const ConsumerSchedule& consumer_schedule(EngineKind e);
+  std::vector<int> consumers_of_local(int local_rank) const;  // world ranks, every replica
+
+  RankStats run_producer(EngineKind e, int sync_index, uint64_t version);
+  RankStats run_consumer(EngineKind e, int sync_index, uint64_t version);
+  RankStats run_broadcast_trainer(int sync_index, uint64_t version);
+  RankStats run_broadcast_consumer(int sync_index, uint64_t version);
+  void verify(uint64_t version, RankStats& st);
+  std::vector<uint8_t>& layerwise(int32_t group, std::map<int32_t, std::vector<uint8_t>>& buffers, StagingMeter& meter);
+};
+
+}  // namespace shardsync

@@ -1,0 +1,221 @@
+// The trainer side of the sharded engines: gather a unit, pack each consumer's pulls into
+// chunks of the registered send buffer, tell the consumers (READY), and release the unit
+// once every live consumer has pulled its last chunk (DONE). V3 keeps up to `inflight`
+// units gathered, so the next gather overlaps the current pulls, and packs chunk k+1
+// while chunk k is being read.
+#include <algorithm>
+#include <set>
+
+#include "common/error.hpp"
+#include "engine/internal.hpp"
+
+namespace shardsync {
+
+namespace {
+
+struct PackedChunk {
+  int64_t offset = 0, bytes = 0;
+  int pending = 0;  // consumers that have not sent DONE
+};
+
+struct LocalRankWork {
+  std::vector<Chunk> chunks;
+  bool have_request = false;
+  size_t next = 0;                 // next chunk to pack
+  std::vector<PackedChunk> packed;
+  std::set<int> requested;         // consumers (world ranks) that asked (V1) or all (cached)
+  std::vector<std::set<int>> sent; // per chunk: consumers told READY
+};
+
+struct UnitWork {
+  int32_t unit = 0;
+  std::unique_ptr<UnitGather> gather;
+  bool gathered = false;
+  std::vector<LocalRankWork> locals;
+  int64_t outstanding = 0;  // DONEs still expected
+  int64_t staged = 0;       // staging bytes counted for this unit
+};
+
+}  // namespace
+
+RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t version) {
+  RankStats st;
+  st.rank = world.rank;
+  st.trainer = 1;
+  const double t0 = now_s();
+  const ProducerSchedule& sched = producer_schedule(e);
+  const SourcePolicy policy = source_policy(e);
+  const bool per_sync_requests = e == EngineKind::kV1;
+  const int inflight = e == EngineKind::kV3 ? std::max(1, opt.inflight) : 1;
+  const int num_units = int(sched.units.size());
+  const int num_locals = int(plans.size());
+  auto& cache = request_cache[int(e)];
+  if (cache.empty() || per_sync_requests)
+    cache.assign(size_t(num_units), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals)));
+  std::vector<std::vector<std::set<int>>> early_requests(static_cast<size_t>(num_units),
+                                                         std::vector<std::set<int>>(static_cast<size_t>(num_locals)));
+
+  StagingMeter meter;
+  meter.add(int64_t(send_buffer.size()));
+  RangeAllocator arena(int64_t(send_buffer.size()));
+  GatherContext gctx{&model, &trainer, shards.get(), &world};
+  std::map<int32_t, std::unique_ptr<UnitWork>> active;
+  int next_gather = 0, released = 0;
+
+  auto consumers_with_request = [&](int32_t u, int l) {
+    std::set<int> c;
+    if (!per_sync_requests && cache[size_t(u)][size_t(l)]) {
+      for (int r : consumers_of_local(l)) c.insert(r);
+    } else {
+      c = early_requests[size_t(u)][size_t(l)];
+    }
+    return c;
+  };
+
+  auto build_local = [&](UnitWork& w, int l) {
+    LocalRankWork& lw = w.locals[size_t(l)];
+    if (lw.have_request || !cache[size_t(w.unit)][size_t(l)]) return;
+    const std::vector<ChunkPiece>& pulls = *cache[size_t(w.unit)][size_t(l)];
+    if (pulls.size() != sched.expected[size_t(w.unit)][size_t(l)].size())
+      throw Error("producer: request of local rank " + std::to_string(l) + " for unit " + std::to_string(w.unit) +
+                  " does not match the routes of trainer rank " + std::to_string(world.rank));
+    lw.chunks = make_chunks(model, pulls, chunk_bytes);
+    lw.packed.resize(lw.chunks.size());
+    lw.sent.resize(lw.chunks.size());
+    lw.have_request = true;
+  };
+
+  auto handle = [&](const CtrlMsg& m) {
+    if (m.type == kMsgRequest) {
+      if (m.a < 0 || m.a >= num_units || m.b < 0 || m.b >= num_locals) throw Error("producer: bad REQUEST");
+      auto& slot = cache[size_t(m.a)][size_t(m.b)];
+      if (!slot) slot = decode_pulls(m.payload, int32_t(model.params().size()));
+      early_requests[size_t(m.a)][size_t(m.b)].insert(m.from);
+      auto it = active.find(m.a);
+      if (it != active.end()) build_local(*it->second, m.b);
+    } else if (m.type == kMsgDone) {
+      auto it = active.find(m.a);
+      if (it == active.end()) throw Error("producer: DONE for a unit that is not active");
+      UnitWork& w = *it->second;
+      PackedChunk& pc = w.locals.at(size_t(m.c)).packed.at(size_t(m.b));
+      if (--pc.pending == 0) arena.release(pc.offset, pc.bytes);
+      --w.outstanding;
+    } else if (m.type == kMsgReport && world.rank == 0) {
+      early_reports.push_back(m);  // a consumer finished before this rank did
+    } else {
+      throw Error("producer: unexpected message type " + std::to_string(m.type) + " from rank " + std::to_string(m.from));
+    }
+  };
+
+  auto start_unit = [&](int32_t u) {
+    auto w = std::make_unique<UnitWork>();
+    w->unit = u;
+    {
+      PhaseTimer t(st.gather_s);
+      w->gather = std::make_unique<UnitGather>(gctx, sched.units[size_t(u)], policy);
+    }
+    w->staged = w->gather->staging_bytes();
+    meter.add(w->staged);
+    w->locals.resize(size_t(num_locals));
+    for (int l = 0; l < num_locals; ++l)
+      if (!sched.expected[size_t(u)][size_t(l)].empty()) build_local(*w, l);
+    active.emplace(u, std::move(w));
+  };
+
+  // Packs what the send buffer has room for; returns true if anything happened.
+  auto pack_some = [&](UnitWork& w) {
+    bool did = false;
+    for (int l = 0; l < num_locals; ++l) {
+      LocalRankWork& lw = w.locals[size_t(l)];
+      if (!lw.have_request) continue;
+      std::set<int> want = consumers_with_request(w.unit, l);
+      // READY for chunks already packed, to consumers whose request arrived later (V1).
+      for (size_t j = 0; j < lw.next; ++j)
+        for (int c : want)
+          if (!lw.sent[j].count(c)) {
+            CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version), {}};
+            transport->send(c, r);
+            lw.sent[j].insert(c);
+            ++st.messages;
+          }
+      while (lw.next < lw.chunks.size()) {
+        const Chunk& ch = lw.chunks[lw.next];
+        auto off = arena.alloc(ch.bytes);
+        if (!off) return did;
+        {
+          PhaseTimer t(st.pack_s);
+          for (const ChunkPiece& p : ch.pieces) {
+            const SlabRef* s = w.gather->slab(p.hf);
+            if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
+            int64_t eb = dtype_bytes(model.param(p.hf).dtype);
+            CopyDesc d = with_contiguous_dst(p.copy);
+            d.src_offset = p.copy.src_offset - s->lo;
+            execute_copy(d, s->data, send_buffer.data() + *off + p.buf_offset, eb);
+          }
+        }
+        int n_consumers = int(consumers_of_local(l).size());
+        lw.packed[lw.next] = PackedChunk{*off, ch.bytes, n_consumers};
+        w.outstanding += n_consumers;
+        st.bytes_out += ch.bytes * n_consumers;
+        for (int c : want) {
+          CtrlMsg r{kMsgReady, -1, w.unit, int32_t(lw.next), l, *off, ch.bytes, int64_t(version), {}};
+          transport->send(c, r);
+          lw.sent[lw.next].insert(c);
+          ++st.messages;
+        }
+        ++lw.next;
+        did = true;
+      }
+    }
+    return did;
+  };
+
+  auto unit_finished = [&](UnitWork& w) {
+    if (!w.gathered) return false;
+    for (const LocalRankWork& lw : w.locals)
+      if (!lw.chunks.empty() && (!lw.have_request || lw.next < lw.chunks.size())) return false;
+    for (int l = 0; l < num_locals; ++l)
+      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !w.locals[size_t(l)].have_request) return false;
+    return w.outstanding == 0;
+  };
+
+  while (released < num_units) {
+    bool progressed = false;
+    CtrlMsg m;
+    while (transport->poll(&m)) {
+      handle(m);
+      progressed = true;
+    }
+    transport->progress();
+    while (next_gather < num_units && int(active.size()) < inflight) start_unit(next_gather++);
+    for (auto it = active.begin(); it != active.end();) {
+      UnitWork& w = *it->second;
+      if (!w.gathered) {
+        PhaseTimer t(st.gather_s);
+        w.gathered = w.gather->test();
+        if (w.gathered) {  // the collective's send/receive buffers are gone; slabs remain
+          meter.sub(w.staged - w.gather->staging_bytes());
+          w.staged = w.gather->staging_bytes();
+          progressed = true;
+        }
+      }
+      if (w.gathered) progressed |= pack_some(w);
+      if (unit_finished(w)) {
+        meter.sub(w.staged);
+        it = active.erase(it);
+        ++released;
+        progressed = true;
+      } else {
+        ++it;
+      }
+    }
+    if (!progressed) idle_pause();
+  }
+  transport->flush_sends();
+  st.total_s = now_s() - t0;
+  st.peak_staging_bytes = meter.peak();
+  (void)sync_index;
+  return st;
+}
+
+}  // namespace shardsync

@@ -1,0 +1,220 @@
+#include "engine/schedule.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace shardsync {
+
+std::vector<Unit> make_units(const ModelSpec& model, EngineKind engine, int64_t bucket_bytes) {
+  std::vector<Unit> units;
+  const auto& params = model.params();
+  switch (engine) {
+    case EngineKind::kV1:
+    case EngineKind::kV2:
+      for (int32_t i = 0; i < int32_t(params.size()); ++i) units.push_back(Unit{{i}, params[size_t(i)].bytes()});
+      break;
+    case EngineKind::kV3:
+      for (const WeightGroup& g : model.groups()) {
+        Unit u;
+        for (int32_t i = g.first_param; i < g.first_param + g.num_params; ++i) u.tensors.push_back(i);
+        u.bytes = g.bytes;
+        if (!u.tensors.empty()) units.push_back(std::move(u));
+      }
+      break;
+    case EngineKind::kBroadcast: {
+      Unit u;
+      for (int32_t i = 0; i < int32_t(params.size()); ++i) {
+        int64_t b = params[size_t(i)].bytes();
+        if (!u.tensors.empty() && u.bytes + b > bucket_bytes) {
+          units.push_back(std::move(u));
+          u = Unit{};
+        }
+        u.tensors.push_back(i);
+        u.bytes += b;
+      }
+      if (!u.tensors.empty()) units.push_back(std::move(u));
+      break;
+    }
+  }
+  return units;
+}
+
+std::vector<int32_t> unit_of_tensor(const std::vector<Unit>& units, size_t num_hf) {
+  std::vector<int32_t> out(num_hf, -1);
+  for (int32_t u = 0; u < int32_t(units.size()); ++u)
+    for (int32_t t : units[size_t(u)].tensors) out[size_t(t)] = u;
+  return out;
+}
+
+std::vector<CopyDesc> split_copy(const CopyDesc& d, int64_t max_elems) {
+  if (d.numel <= max_elems) return {d};
+  std::vector<CopyDesc> out;
+  const CopyDim outer = d.dims.front();
+  if (d.dims.size() == 1) {
+    for (int64_t i = 0; i < outer.size; i += max_elems) {
+      CopyDesc p = d;
+      int64_t n = std::min(max_elems, outer.size - i);
+      p.src_offset += i * outer.src_stride;
+      p.dst_offset += i * outer.dst_stride;
+      p.dims.front().size = n;
+      p.numel = n;
+      out.push_back(p);
+    }
+    return out;
+  }
+  int64_t inner = d.numel / outer.size;
+  if (inner > max_elems) {
+    CopyDesc in = d;
+    in.dims.erase(in.dims.begin());
+    in.numel = inner;
+    for (int64_t i = 0; i < outer.size; ++i) {
+      CopyDesc slice = in;
+      slice.src_offset += i * outer.src_stride;
+      slice.dst_offset += i * outer.dst_stride;
+      for (auto& p : split_copy(slice, max_elems)) out.push_back(std::move(p));
+    }
+    return out;
+  }
+  int64_t per = std::max<int64_t>(1, max_elems / inner);
+  for (int64_t i = 0; i < outer.size; i += per) {
+    CopyDesc p = d;
+    int64_t n = std::min(per, outer.size - i);
+    p.src_offset += i * outer.src_stride;
+    p.dst_offset += i * outer.dst_stride;
+    p.dims.front().size = n;
+    p.numel = n * inner;
+    out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+int64_t align16(int64_t x) { return (x + 15) & ~int64_t(15); }
+}  // namespace
+
+std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPiece>& pulls, int64_t chunk_bytes) {
+  std::vector<Chunk> chunks;
+  Chunk cur;
+  auto flush = [&] {
+    if (!cur.pieces.empty()) chunks.push_back(std::move(cur));
+    cur = Chunk{};
+  };
+  for (const ChunkPiece& p : pulls) {
+    int64_t eb = dtype_bytes(model.param(p.hf).dtype);
+    for (const CopyDesc& part : split_copy(p.copy, std::max<int64_t>(1, chunk_bytes / eb))) {
+      int64_t bytes = part.numel * eb;
+      if (cur.bytes > 0 && align16(cur.bytes) + bytes > chunk_bytes) flush();
+      ChunkPiece piece = p;
+      piece.copy = part;
+      piece.buf_offset = align16(cur.bytes);
+      piece.bytes = bytes;
+      cur.bytes = piece.buf_offset + bytes;
+      cur.pieces.push_back(std::move(piece));
+    }
+  }
+  flush();
+  return chunks;
+}
+
+namespace {
+CopyDesc with_contiguous(const CopyDesc& d, bool src) {
+  CopyDesc c = d;
+  int64_t stride = 1;
+  for (size_t k = c.dims.size(); k-- > 0;) {
+    (src ? c.dims[k].src_stride : c.dims[k].dst_stride) = stride;
+    stride *= c.dims[k].size;
+  }
+  (src ? c.src_offset : c.dst_offset) = 0;
+  return c;
+}
+}  // namespace
+
+CopyDesc with_contiguous_src(const CopyDesc& d) { return with_contiguous(d, true); }
+CopyDesc with_contiguous_dst(const CopyDesc& d) { return with_contiguous(d, false); }
+
+namespace {
+template <class T>
+void put(std::vector<uint8_t>& b, T v) {
+  size_t n = b.size();
+  b.resize(n + sizeof v);
+  std::memcpy(b.data() + n, &v, sizeof v);
+}
+template <class T>
+T take(const std::vector<uint8_t>& b, size_t& pos) {
+  if (pos + sizeof(T) > b.size()) throw Error("truncated pull request payload");
+  T v;
+  std::memcpy(&v, b.data() + pos, sizeof v);
+  pos += sizeof v;
+  return v;
+}
+}  // namespace
+
+std::vector<uint8_t> encode_pulls(const std::vector<ChunkPiece>& pulls) {
+  std::vector<uint8_t> b;
+  put<uint32_t>(b, uint32_t(pulls.size()));
+  for (const ChunkPiece& p : pulls) {
+    put<int32_t>(b, p.hf);
+    put<int32_t>(b, p.entry);
+    put<int64_t>(b, p.slab_lo);
+    put<int64_t>(b, p.copy.src_offset);
+    put<int64_t>(b, p.copy.dst_offset);
+    put<int64_t>(b, p.copy.numel);
+    put<uint32_t>(b, uint32_t(p.copy.dims.size()));
+    for (const CopyDim& d : p.copy.dims) {
+      put<int64_t>(b, d.size);
+      put<int64_t>(b, d.src_stride);
+      put<int64_t>(b, d.dst_stride);
+    }
+  }
+  return b;
+}
+
+std::vector<ChunkPiece> decode_pulls(const std::vector<uint8_t>& b, int32_t num_hf) {
+  size_t pos = 0;
+  uint32_t n = take<uint32_t>(b, pos);
+  std::vector<ChunkPiece> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    ChunkPiece p;
+    p.hf = take<int32_t>(b, pos);
+    p.entry = take<int32_t>(b, pos);
+    p.slab_lo = take<int64_t>(b, pos);
+    p.copy.src_offset = take<int64_t>(b, pos);
+    p.copy.dst_offset = take<int64_t>(b, pos);
+    p.copy.numel = take<int64_t>(b, pos);
+    uint32_t nd = take<uint32_t>(b, pos);
+    if (p.hf < 0 || p.hf >= num_hf || nd == 0 || nd > 16) throw Error("malformed pull request payload");
+    for (uint32_t k = 0; k < nd; ++k) {
+      CopyDim d;
+      d.size = take<int64_t>(b, pos);
+      d.src_stride = take<int64_t>(b, pos);
+      d.dst_stride = take<int64_t>(b, pos);
+      p.copy.dims.push_back(d);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+RankSchedule make_rank_schedule(const std::vector<Unit>& units, const std::vector<int32_t>& unit_of_hf,
+                                const RankPlan& plan, const std::vector<Pull>& pulls) {
+  RankSchedule s;
+  s.pulls.resize(units.size());
+  for (const Pull& pull : pulls) {
+    const PlanEntry& e = plan.entries[size_t(pull.entry)];
+    int32_t u = unit_of_hf[size_t(e.hf_param)];
+    auto& list = s.pulls[size_t(u)];
+    auto it = std::find_if(list.begin(), list.end(), [&](const auto& x) { return x.first == pull.trainer_rank; });
+    if (it == list.end()) {
+      list.emplace_back(pull.trainer_rank, std::vector<ChunkPiece>{});
+      it = list.end() - 1;
+    }
+    it->second.push_back(ChunkPiece{e.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0});
+  }
+  for (auto& list : s.pulls)
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return s;
+}
+
+}  // namespace shardsync

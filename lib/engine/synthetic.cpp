@@ -1,0 +1,61 @@
+#include "engine/synthetic.hpp"
+
+#include <algorithm>
+
+namespace shardsync {
+
+void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
+  auto* p = static_cast<uint8_t*>(dst);
+  switch (elem_bytes) {
+    case 2: {
+      auto* q = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_bits(seed, first + i));
+      return;
+    }
+    case 4: {
+      auto* q = reinterpret_cast<uint32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = uint32_t(synth_bits(seed, first + i));
+      return;
+    }
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        uint64_t v = synth_bits(seed, first + i);
+        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 8)));
+      }
+  }
+}
+
+TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank) : model_(&model) {
+  index_.assign(model.params().size(), -1);
+  for (int32_t i = 0; i < int32_t(model.params().size()); ++i) {
+    for (const auto& piece : trainer.pieces(i)) {
+      if (std::find(piece.ranks.begin(), piece.ranks.end(), rank) == piece.ranks.end()) continue;
+      Shard s;
+      s.hf = i;
+      s.box = piece.box;
+      s.data.resize(size_t(piece.box.numel() * dtype_bytes(model.param(i).dtype)));
+      bytes_ += int64_t(s.data.size());
+      index_[size_t(i)] = int32_t(shards_.size());
+      shards_.push_back(std::move(s));
+    }
+  }
+}
+
+void TrainerShards::fill(uint64_t version, int32_t skip_hf) {
+  for (Shard& s : shards_) {
+    if (s.hf == skip_hf) continue;
+    const ParamMeta& p = model_->param(s.hf);
+    int64_t eb = dtype_bytes(p.dtype);
+    uint64_t seed = synth_seed(s.hf, version);
+    for_each_box_run(p.shape, s.box, [&](int64_t global, int64_t local, int64_t n) {
+      synth_fill(s.data.data() + local * eb, seed, global, n, eb);
+    });
+  }
+}
+
+const TrainerShards::Shard* TrainerShards::find(int32_t hf) const {
+  int32_t i = index_[size_t(hf)];
+  return i < 0 ? nullptr : &shards_[size_t(i)];
+}
+
+}  // namespace shardsync

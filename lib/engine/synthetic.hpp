@@ -1,0 +1,84 @@
+// Synthetic weights: the value of every element is a counter-based hash of (HF tensor,
+// element index, version), so any rank can compute any element's expected value without
+// the full tensor, and a stale (old version) or misplaced byte is always caught.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "layout/trainer.hpp"
+#include "model/catalog.hpp"
+
+namespace shardsync {
+
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+inline uint64_t synth_seed(int32_t hf, uint64_t version) {
+  return mix64((uint64_t(uint32_t(hf)) << 32) ^ (version * 0x9e3779b97f4a7c15ULL) ^ 0x5eed5eedULL);
+}
+inline uint64_t synth_bits(uint64_t seed, int64_t elem) { return mix64(seed + uint64_t(elem) * 0xd1b54a32d192ed03ULL); }
+
+// Writes the low `elem_bytes` bytes of synth_bits(seed, first + i) for i in [0, n).
+void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes);
+
+// Visits a box of a tensor as contiguous runs: f(global element offset, box-local element
+// offset, run length). Boxes are stored contiguously in row-major box order.
+template <class F>
+void for_each_box_run(const std::vector<int64_t>& shape, const Box& box, F&& f) {
+  const size_t nd = shape.size();
+  if (box.numel() == 0) return;
+  // Merge trailing dimensions that the box covers fully into the run.
+  size_t inner = nd - 1;
+  int64_t run = box.length[inner];
+  while (inner > 0 && box.start[inner] == 0 && box.length[inner] == shape[inner]) {
+    --inner;
+    run *= box.length[inner];
+  }
+  std::vector<int64_t> strides(nd, 1);
+  for (size_t d = nd - 1; d > 0; --d) strides[d - 1] = strides[d] * shape[d];
+  std::vector<int64_t> idx(inner, 0);
+  int64_t local = 0;
+  int64_t runs = box.numel() / run;
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t global = box.start[inner] * strides[inner];
+    for (size_t d = 0; d < inner; ++d) global += (box.start[d] + idx[d]) * strides[d];
+    for (size_t d = inner + 1; d < nd; ++d) global += box.start[d] * strides[d];
+    f(global, local, run);
+    local += run;
+    for (size_t d = inner; d-- > 0;) {
+      if (++idx[d] < box.length[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// The pieces of HF tensors one trainer rank holds (its shard), filled per version.
+class TrainerShards {
+ public:
+  TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank);
+  struct Shard {
+    int32_t hf = -1;
+    Box box;
+    std::vector<uint8_t> data;  // box elements, row-major
+  };
+  // Refills every shard with `version` (the optimizer step); `skip_hf` keeps one stale.
+  void fill(uint64_t version, int32_t skip_hf = -1);
+  const Shard* find(int32_t hf) const;
+  const std::vector<Shard>& shards() const { return shards_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  const ModelSpec* model_;
+  std::vector<Shard> shards_;
+  std::vector<int32_t> index_;  // hf -> shard or -1
+  int64_t bytes_ = 0;
+};
+
+}  // namespace shardsync

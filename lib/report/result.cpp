@@ -1,0 +1,184 @@
+#include "report/result.hpp"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <ostream>
+
+#include "common/table.hpp"
+
+#ifndef SHARDSYNC_GIT_SHA
+#define SHARDSYNC_GIT_SHA "unknown"
+#endif
+
+namespace shardsync {
+
+namespace {
+
+MinAvgMax reduce(const std::vector<double>& v) {
+  MinAvgMax r;
+  if (v.empty()) return r;
+  r.min = *std::min_element(v.begin(), v.end());
+  r.max = *std::max_element(v.begin(), v.end());
+  double s = 0;
+  for (double x : v) s += x;
+  r.avg = s / double(v.size());
+  return r;
+}
+
+double mean(const std::vector<double>& v) { return v.empty() ? 0 : reduce(v).avg; }
+
+}  // namespace
+
+EngineSummary summarize(const EngineRun& run) {
+  EngineSummary s;
+  s.engine = run.engine;
+  std::vector<double> times, gather, pack, transfer, process, wait, verify, rank_bw, tpeak, cpeak;
+  int64_t moved = 0, messages = 0, gets = 0;
+  for (size_t k = 0; k < run.syncs.size(); ++k) {
+    const auto& ranks = run.syncs[k];
+    for (const RankStats& r : ranks) s.wrong += r.mismatches;
+    if (int(k) < run.warmup) continue;
+    ++s.timed_syncs;
+    double t = 0;
+    for (const RankStats& r : ranks) {
+      t = std::max(t, r.total_s);
+      messages += r.messages;
+      gets += r.gets;
+      if (r.trainer) {
+        gather.push_back(r.gather_s);
+        pack.push_back(r.pack_s);
+        tpeak.push_back(double(r.peak_staging_bytes));
+      } else {
+        transfer.push_back(r.transfer_s);
+        process.push_back(r.process_s);
+        wait.push_back(r.wait_s);
+        verify.push_back(r.verify_s);
+        moved += r.bytes_in;
+        if (r.total_s > 0) rank_bw.push_back(double(r.bytes_in) / r.total_s / 1e9);
+        cpeak.push_back(double(r.peak_staging_bytes));
+      }
+    }
+    times.push_back(t);
+  }
+  int n = std::max(1, s.timed_syncs);
+  s.time_s = reduce(times);
+  s.gather_s = mean(gather);
+  s.pack_s = mean(pack);
+  s.transfer_s = mean(transfer);
+  s.process_s = mean(process);
+  s.wait_s = mean(wait);
+  s.verify_s = mean(verify);
+  s.bytes_moved = moved / n;
+  s.aggregate_gbps = s.time_s.avg > 0 ? double(s.bytes_moved) / s.time_s.avg / 1e9 : 0;
+  s.rank_gbps = reduce(rank_bw);
+  s.trainer_peak_bytes = reduce(tpeak);
+  s.consumer_peak_bytes = reduce(cpeak);
+  s.messages = messages / n;
+  s.gets = gets / n;
+  return s;
+}
+
+void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title) {
+  Table t({{"engine", "", true}, {"syncs", ""}, {"time", "s"}, {"min", "s"}, {"max", "s"}, {"gather", "s"},
+           {"pack", "s"}, {"transfer", "s"}, {"process", "s"}, {"moved", "MB"}, {"agg_bw", "GB/s"},
+           {"rank_bw", "GB/s"}, {"tr_peak", "MB"}, {"inf_peak", "MB"}, {"msgs", ""}, {"#wrong", ""},
+           {"vs_bcast", "x"}});
+  if (!title.empty()) t.add_title(title);
+  double base = 0;
+  for (const auto& r : rows)
+    if (r.engine == "broadcast") base = r.time_s.avg;
+  auto f = [](double v) { return fmt_fixed(v, 6); };
+  for (const auto& r : rows) {
+    t.add_row({r.engine, fmt_int(r.timed_syncs), f(r.time_s.avg), f(r.time_s.min), f(r.time_s.max), f(r.gather_s),
+               f(r.pack_s), f(r.transfer_s), f(r.process_s), fmt_fixed(double(r.bytes_moved) / 1e6, 3),
+               fmt_fixed(r.aggregate_gbps, 3), fmt_fixed(r.rank_gbps.avg, 3), fmt_fixed(r.trainer_peak_bytes.max / 1e6, 3),
+               fmt_fixed(r.consumer_peak_bytes.max / 1e6, 3), fmt_int(r.messages), fmt_int(r.wrong),
+               base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"});
+  }
+  t.print(os);
+}
+
+nlohmann::json summary_json(const EngineSummary& s) {
+  auto mam = [](const MinAvgMax& m) { return nlohmann::json{{"min", m.min}, {"avg", m.avg}, {"max", m.max}}; };
+  return {{"engine", s.engine},
+          {"timed_syncs", s.timed_syncs},
+          {"time_s", mam(s.time_s)},
+          {"gather_s", s.gather_s},
+          {"pack_s", s.pack_s},
+          {"transfer_s", s.transfer_s},
+          {"process_s", s.process_s},
+          {"wait_s", s.wait_s},
+          {"verify_s", s.verify_s},
+          {"bytes_moved", s.bytes_moved},
+          {"aggregate_gbps", s.aggregate_gbps},
+          {"rank_gbps", mam(s.rank_gbps)},
+          {"trainer_peak_staging_bytes", mam(s.trainer_peak_bytes)},
+          {"inference_peak_staging_bytes", mam(s.consumer_peak_bytes)},
+          {"messages_per_sync", s.messages},
+          {"gets_per_sync", s.gets},
+          {"wrong", s.wrong}};
+}
+
+nlohmann::json run_json(const EngineRun& run) {
+  nlohmann::json syncs = nlohmann::json::array();
+  for (size_t k = 0; k < run.syncs.size(); ++k) {
+    nlohmann::json ranks = nlohmann::json::array();
+    double t = 0;
+    for (const RankStats& r : run.syncs[k]) {
+      t = std::max(t, r.total_s);
+      ranks.push_back({{"rank", r.rank},
+                       {"role", r.trainer ? "trainer" : "inference"},
+                       {"total_s", r.total_s},
+                       {"gather_s", r.gather_s},
+                       {"pack_s", r.pack_s},
+                       {"transfer_s", r.transfer_s},
+                       {"wait_s", r.wait_s},
+                       {"process_s", r.process_s},
+                       {"verify_s", r.verify_s},
+                       {"bytes_in", r.bytes_in},
+                       {"bytes_out", r.bytes_out},
+                       {"messages", r.messages},
+                       {"gets", r.gets},
+                       {"peak_staging_bytes", r.peak_staging_bytes},
+                       {"mismatches", r.mismatches}});
+    }
+    syncs.push_back({{"index", k}, {"warmup", int(k) < run.warmup}, {"time_s", t}, {"ranks", ranks}});
+  }
+  nlohmann::json j = summary_json(summarize(run));
+  j["syncs"] = syncs;
+  return j;
+}
+
+nlohmann::json provenance(int argc, char** argv) {
+  nlohmann::json j;
+  j["schema_version"] = 1;
+  j["tool"] = "shardsync";
+  j["tool_version"] = "0.1.0";
+  j["git_sha"] = SHARDSYNC_GIT_SHA;
+  std::vector<std::string> args(argv, argv + argc);
+  j["argv"] = args;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  j["host"] = host;
+  std::time_t now = std::time(nullptr);
+  char ts[64];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  j["date_utc"] = ts;
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  MPI_Get_library_version(mpi, &n);
+  std::string m(mpi, size_t(n));
+  if (auto p = m.find('\n'); p != std::string::npos) m.resize(p);
+  unsigned maj = 0, min = 0, rel = 0;
+  H5get_libversion(&maj, &min, &rel);
+  j["libraries"] = {{"mpi", m}, {"hdf5", std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel)},
+                    {"compiler", __VERSION__}};
+  return j;
+}
+
+}  // namespace shardsync

@@ -1,0 +1,49 @@
+// Results of sync runs: per-sync, per-rank stats reduced to what a reader compares, one
+// table writer (nccl-tests style) and one JSON writer with provenance.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.hpp"
+
+namespace shardsync {
+
+struct EngineRun {
+  std::string engine;
+  int warmup = 0;
+  std::vector<std::vector<RankStats>> syncs;  // [sync][rank], warm-up syncs included
+};
+
+struct MinAvgMax {
+  double min = 0, avg = 0, max = 0;
+};
+
+// What a row of the comparison table says about one engine (timed syncs only).
+struct EngineSummary {
+  std::string engine;
+  int timed_syncs = 0;
+  MinAvgMax time_s;                  // per sync: max over ranks of total_s
+  double gather_s = 0, pack_s = 0;   // trainer busy time, mean over trainer ranks
+  double transfer_s = 0, process_s = 0, wait_s = 0;  // consumer, mean over consumer ranks
+  double verify_s = 0;
+  int64_t bytes_moved = 0;           // per sync: bytes received by all inference ranks
+  double aggregate_gbps = 0;         // bytes_moved / mean sync time
+  MinAvgMax rank_gbps;               // per consumer: bytes_in / its total_s
+  MinAvgMax trainer_peak_bytes, consumer_peak_bytes;
+  int64_t messages = 0, gets = 0;    // per sync, all ranks
+  int64_t wrong = 0;                 // mismatched elements over all syncs (warm-up included)
+};
+
+EngineSummary summarize(const EngineRun& run);
+void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title);
+nlohmann::json summary_json(const EngineSummary& s);
+nlohmann::json run_json(const EngineRun& run);
+
+// Provenance common to every result file.
+nlohmann::json provenance(int argc, char** argv);
+
+}  // namespace shardsync

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <deque>
+#include <unordered_map>
+
+#include "transport/transport.hpp"
+
+namespace shardsync {
+
+class MpiTransport : public Transport {
+ public:
+  ~MpiTransport() override;
+  std::string name() const override { return "mpi"; }
+  std::string describe() const override;
+  bool supports(MemKind kind) const override { return kind == MemKind::kHost; }
+  void bootstrap(MPI_Comm world, const Registration& reg) override;
+  GetId get(int peer, size_t remote_offset, size_t local_offset, size_t bytes) override;
+  bool test(GetId id) override;
+  void send(int peer, const CtrlMsg& msg) override;
+  bool poll(CtrlMsg* msg) override;
+  void progress() override;
+  void flush_sends() override;
+  void shutdown() override;
+
+ private:
+  struct Pending {
+    std::vector<uint8_t> bytes;
+    MPI_Request req;
+  };
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  uint8_t* landing_ = nullptr;
+  size_t landing_bytes_ = 0;
+  std::deque<Pending> sends_;  // deque: element addresses stay valid while MPI holds them
+  std::unordered_map<GetId, MPI_Request> gets_;
+  GetId next_id_ = 1;
+};
+
+}  // namespace shardsync

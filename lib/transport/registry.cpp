@@ -1,0 +1,50 @@
+#include <unistd.h>
+
+#include "common/error.hpp"
+#include "transport/mpi_transport.hpp"
+#ifdef SHARDSYNC_HAVE_UCX
+#include "transport/ucx_transport.hpp"
+#endif
+
+namespace shardsync {
+
+const std::vector<TransportInfo>& transport_registry() {
+  static const std::vector<TransportInfo> registry = {
+#ifdef SHARDSYNC_HAVE_UCX
+      {"ucx", "UCX ucp_get_nbx one-sided reads, tagged control messages",
+       [] { return std::unique_ptr<Transport>(new UcxTransport()); }},
+#endif
+      {"mpi", "MPI RMA (MPI_Rget on a window) and point-to-point control messages",
+       [] { return std::unique_ptr<Transport>(new MpiTransport()); }},
+  };
+  return registry;
+}
+
+std::string default_transport_name() { return transport_registry().front().name; }
+
+std::unique_ptr<Transport> make_transport(const std::string& name) {
+  std::string names;
+  for (const auto& t : transport_registry()) {
+    if (t.name == name) return t.make();
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  throw InputError("--transport", name, "not available in this build (available: " + names + ")");
+}
+
+std::string where_am_i() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  int rank = -1, init = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return std::string(host) + ":" + std::to_string(rank);
+}
+
+void throw_mpi_error(int code, const char* call, const char* file, int line) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  MPI_Error_string(code, msg, &n);
+  throw Error(where_am_i() + " " + file + ":" + std::to_string(line) + " " + call + " -> " + std::string(msg, size_t(n)));
+}
+
+}  // namespace shardsync

@@ -1,0 +1,103 @@
+// One small interface for moving bytes between ranks after start-up: one-sided get from a
+// peer's exported (registered) region into this rank's registered landing region, and
+// small tagged control messages. MPI launches and bootstraps (key exchange); after that no
+// collective is needed. Implementations: UCX (ucp_get_nbx, tag messages) and MPI (RMA
+// windows with MPI_Rget, point-to-point messages). A registry lists what this build has.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardsync {
+
+enum class MemKind : uint8_t { kHost = 0, kCuda = 1 };
+
+// A peer that can no longer be reached (UCX endpoint error, peer failure). Engines catch
+// it to mark the peer's replica down; everything else is an Error.
+class PeerFailure : public std::runtime_error {
+ public:
+  PeerFailure(int peer, const std::string& what) : std::runtime_error(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
+
+// A control message: fixed header plus an optional payload.
+struct CtrlMsg {
+  uint32_t type = 0;
+  int32_t from = -1;  // filled in by the transport on receipt (world rank)
+  int32_t a = 0, b = 0, c = 0;  // message-specific small fields
+  int64_t x = 0, y = 0, z = 0;  // message-specific wide fields
+  std::vector<uint8_t> payload;
+};
+
+// What a rank exposes and where it lands data; registered once at start-up.
+struct Registration {
+  void* export_base = nullptr;  // peers read from here (a trainer's send buffer); may be null
+  size_t export_bytes = 0;
+  void* landing_base = nullptr;  // this rank's gets land here (a consumer's receive buffer)
+  size_t landing_bytes = 0;
+  MemKind kind = MemKind::kHost;
+};
+
+class Transport {
+ public:
+  using GetId = int64_t;
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual std::string describe() const = 0;  // library version and the transports it picked
+  virtual bool supports(MemKind kind) const = 0;
+
+  // Collective over `world` (every rank, once): registers memory and exchanges keys and
+  // addresses. Registration time is reported apart from transfer time.
+  virtual void bootstrap(MPI_Comm world, const Registration& reg) = 0;
+
+  // One-sided read of `bytes` at `remote_offset` of `peer`'s exported region into this
+  // rank's landing region at `local_offset`. Returns an id for test().
+  virtual GetId get(int peer, size_t remote_offset, size_t local_offset, size_t bytes) = 0;
+  // True once the get has completed (its id is then released). Throws on transport errors.
+  virtual bool test(GetId id) = 0;
+
+  // Non-blocking send of a control message (the transport keeps the bytes until sent).
+  virtual void send(int peer, const CtrlMsg& msg) = 0;
+  // Receives one pending control message from any peer, if there is one.
+  virtual bool poll(CtrlMsg* msg) = 0;
+  // Drives communication; cheap when idle.
+  virtual void progress() = 0;
+  // Completes every outstanding send (called before the rank leaves a phase).
+  virtual void flush_sends() = 0;
+  // Collective over the bootstrap communicator, on the normal path only: releases
+  // registrations. Destructors never call collectives (an error path must not hang).
+  virtual void shutdown() = 0;
+};
+
+// The registry: implementations this build has, in order of preference.
+struct TransportInfo {
+  std::string name;
+  std::string summary;
+  std::function<std::unique_ptr<Transport>()> make;
+};
+const std::vector<TransportInfo>& transport_registry();
+std::unique_ptr<Transport> make_transport(const std::string& name);
+std::string default_transport_name();
+
+// Check macro for MPI calls: throws with host, rank, file:line, call and MPI's message.
+[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
+#define MPI_CHECK(call)                                                    \
+  do {                                                                     \
+    int mpi_check_rc_ = (call);                                            \
+    if (mpi_check_rc_ != MPI_SUCCESS)                                      \
+      ::shardsync::throw_mpi_error(mpi_check_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// "host:rank" for error messages.
+std::string where_am_i();
+
+}  // namespace shardsync
