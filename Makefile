@@ -4,6 +4,8 @@ BUILD_TYPE  ?= RelWithDebInfo
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 SS          := $(BUILD_DIR)/apps/shardsync
+# Local ranks may outnumber cores; as root Open MPI also needs the two ALLOW variables.
+MPIRUN      ?= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
 
 .PHONY: all deps configure build run test sanitize clean format
 
@@ -21,11 +23,12 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The main job on the embedded default (bundled tiny MoE model and local layout).
+# The main job on the embedded default: the bundled tiny MoE model on 6 local ranks (2
+# trainer ranks TP2/EP2 -> 2 inference replicas of DP2/EP2): record the plans, then compare
+# the four engines on the same weights, every byte verified.
 run: build
-	$(SS) model show --model tiny-qwen3-moe
-	$(SS) layout show --layout tiny-moe-local
 	$(SS) plan record --layout tiny-moe-local --out $(BUILD_DIR)/plans-tiny-moe-local.h5
+	$(MPIRUN) -np 6 $(SS) bench --layout tiny-moe-local --plans $(BUILD_DIR)/plans-tiny-moe-local.h5 --syncs 5
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 
 #include "common/error.hpp"
 #include "common/table.hpp"
+#include "engine/device.hpp"
 #include "plan/store.hpp"
 #include "report/result.hpp"
 
@@ -16,7 +18,6 @@ namespace shardsync {
 void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines) {
   add_layout_options(app, &o->setup);
   o->engines = default_engines;
-  o->engine.transport = default_transport_name();
   std::string transports;
   for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ", ") + t.name;
   app->add_option("--engine,-e", o->engines, "Engines to run, in order: broadcast, v1, v2, v3")
@@ -27,8 +28,18 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<st
   app->add_option("--warmup,-w", o->warmup, "Warm-up syncs per engine, excluded from averages (the first is cold)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app->add_option("--transport", o->engine.transport, "Transport for pulls and control messages (built: " + transports + ")")
+  app->add_option("--transport", o->transport,
+                  "Transport for pulls and control messages: auto (cuda_ipc for GPU memory, else the first "
+                  "built), or one of: " + transports)
       ->capture_default_str();
+  app->add_option("--memory", o->memory, "Where weights and buffers live: host, or cuda (one GPU per rank where "
+                                         "there are enough; trainers on the first half of a node's GPUs)")
+      ->check(CLI::IsMember({"host", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--measure-link", o->link_iters,
+                  "Before the engines, time this many reads of trainer rank 0's send buffer by inference rank 0 "
+                  "over the same transport (the path's raw copy bandwidth)")
+      ->check(CLI::Range(0, 100000));
   app->add_option("--plans", o->plans_file, "Load plans from this HDF5 file (shardsync plan record) instead of recording");
   app->add_option("--send-buffer", o->engine.send_buffer_bytes, "Trainer's registered send buffer (e.g. 64M)")
       ->transform(CLI::AsSizeValue(false))
@@ -61,10 +72,30 @@ struct RankInfo {
   int32_t trainer;
   int32_t replica, local, tp, pp, dp, ep;
   char host[64];
+  char device[64];
 };
 
-void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& transport, MPI_Comm comm) {
+// GPU of a rank: node-local trainers on the first half of the node's GPUs and inference
+// ranks on the second half (all on GPU 0 when there is one), round-robin within each half.
+int assign_gpu(const World& w) {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(w.comm, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node));
+  MPI_Comm role;
+  MPI_CHECK(MPI_Comm_split(node, w.trainer ? 0 : 1, w.rank, &role));
+  int index = 0;
+  MPI_CHECK(MPI_Comm_rank(role, &index));
+  MPI_CHECK(MPI_Comm_free(&role));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int g = cuda_device_count();
+  if (g <= 1) return 0;
+  int half = g / 2;
+  return w.trainer ? index % half : half + index % (g - half);
+}
+
+void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& transport, const std::string& device,
+                    MPI_Comm comm) {
   RankInfo mine{};
+  std::snprintf(mine.device, sizeof mine.device, "%s", device.c_str());
   mine.rank = w.rank;
   mine.trainer = w.trainer;
   gethostname(mine.host, sizeof mine.host - 1);
@@ -95,7 +126,7 @@ void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& t
   for (const RankInfo& r : all) {
     auto opt = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
     t.add_row({fmt_int(r.rank), r.trainer ? "trainer" : "inference", opt(r.replica), opt(r.local), fmt_int(r.tp),
-               fmt_int(r.pp), fmt_int(r.dp), opt(r.ep), r.host, "cpu", transport});
+               fmt_int(r.pp), fmt_int(r.dp), opt(r.ep), r.host, r.device, transport});
   }
   t.print(std::cout);
   std::cout.flush();
@@ -132,6 +163,11 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
   std::vector<RankPlan> plans;
   std::string setup_error;
   double plan_s = 0;
+  SyncOptions engine_opts = o.engine;
+  std::string transport_name = o.transport;
+  if (transport_name == "auto") transport_name = o.memory == "cuda" ? "cuda_ipc" : default_transport_name();
+  engine_opts.transport = transport_name;
+  engine_opts.memory = o.memory == "cuda" ? MemKind::kCuda : MemKind::kHost;
   try {
     s = resolve_setup(o.setup);
     int need = s.trainer->world_size() + s.inference->world_size();
@@ -144,7 +180,11 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       EngineKind k;
       if (!parse_engine(name, &k)) throw InputError("--engine", name, "expected broadcast, v1, v2 or v3");
     }
-    make_transport(o.engine.transport);  // validates the name
+    if (o.memory == "cuda") {
+      if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
+      if (cuda_device_count() == 0) throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
+    }
+    make_transport(transport_name);  // validates the name
     double t0 = MPI_Wtime();
     if (!o.plans_file.empty()) plans = read_plans(o.plans_file, *s.model, *s.inference).plans;
     else plans = record_plans(*s.model, *s.inference);
@@ -163,14 +203,17 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
   // ---- the run: any error from here on aborts every rank ------------------------------------------
   try {
     World w = World::create(MPI_COMM_WORLD, *s.trainer, *s.inference);
-    Engines engines(w, *s.model, *s.trainer, *s.inference, plans, o.engine);
+    if (engine_opts.memory == MemKind::kCuda) engine_opts.gpu = assign_gpu(w);
+    Engines engines(w, *s.model, *s.trainer, *s.inference, plans, engine_opts);
     double reg_s = engines.bootstrap();
-    print_rank_map(w, s, o.engine.transport, MPI_COMM_WORLD);
+    print_rank_map(w, s, transport_name, engines.device_description(), MPI_COMM_WORLD);
+    double link_gbps = o.link_iters > 0 ? engines.measure_link(o.link_iters) : 0;
     if (rank == 0) {
       std::cout << "# model " << s.model->name() << " (" << fmt_human_bytes(s.model->total_bytes()) << "), plans "
                 << (o.plans_file.empty() ? "recorded" : "loaded from " + o.plans_file) << " in " << fmt_fixed(plan_s, 3)
                 << " s, registration " << fmt_fixed(reg_s, 3) << " s, transport " << engines.transport_description()
-                << "\n# send buffer " << fmt_human_bytes(o.engine.send_buffer_bytes) << ", receive buffer "
+                << ", collectives " << engines.collectives_description()
+                << "\n# send buffer " << fmt_human_bytes(engine_opts.send_buffer_bytes) << ", receive buffer "
                 << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk " << fmt_human_bytes(o.engine.effective_chunk_bytes())
                 << ", v3 inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
     }
@@ -208,9 +251,13 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
     if (rank == 0) {
       std::vector<EngineSummary> rows;
       for (const auto& r : runs) rows.push_back(summarize(r));
+      if (link_gbps > 0)
+        std::cout << "# pull path raw bandwidth (inference rank 0 reading trainer rank 0, " << transport_name
+                  << "): " << fmt_fixed(link_gbps, 2) << " GB/s\n";
       print_summary_table(std::cout, rows,
                           "model " + s.model->name() + ", " + std::to_string(o.syncs) + " timed syncs after " +
-                              std::to_string(o.warmup) + " warm-up, time = slowest rank per sync, averaged");
+                              std::to_string(o.warmup) + " warm-up, time = slowest rank per sync, averaged",
+                          link_gbps);
       std::cout.flush();
       if (!o.json_out.empty()) {
         nlohmann::json j = provenance(argc, argv);
@@ -222,6 +269,7 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                        {"replicas", s.inference->layout().replicas},
                        {"ranks", size},
                        {"transport", engines.transport_description()},
+                       {"memory", o.memory},
                        {"send_buffer_bytes", o.engine.send_buffer_bytes},
                        {"recv_buffer_bytes", o.engine.recv_buffer_bytes},
                        {"chunk_bytes", o.engine.effective_chunk_bytes()},
@@ -232,6 +280,10 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                        {"warmup", o.warmup},
                        {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};
         j["setup"] = {{"plan_s", plan_s}, {"registration_s", reg_s}};
+        j["memory"] = o.memory;
+        j["device_rank0"] = engines.device_description();
+        j["collectives_rank0"] = engines.collectives_description();
+        if (link_gbps > 0) j["link_gbps"] = link_gbps;
         j["model_bytes"] = s.model->total_bytes();
         for (const auto& r : runs) j["engines"].push_back(run_json(r));
         if (!failure.empty()) j["failure"] = failure;

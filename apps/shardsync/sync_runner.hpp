@@ -19,6 +19,9 @@ struct SyncRunOptions {
   std::string plans_file;
   std::string json_out;
   bool quiet = false;
+  std::string memory = "host";
+  std::string transport = "auto";
+  int link_iters = 0;  // > 0: measure the pull path's raw bandwidth first
 };
 
 void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines);

@@ -1,8 +1,6 @@
-// The broadcast baseline (SkyRL's NCCL broadcast on GPUs, MPI here): the trainer gathers
+// The broadcast baseline (SkyRL's NCCL broadcast; MPI on host memory): the trainer gathers
 // each HF tensor in full on rank 0, packs buckets of tensors and broadcasts each bucket to
 // every inference rank, which applies its plan to the full tensors and discards the rest.
-#include <climits>
-
 #include "common/error.hpp"
 #include "engine/internal.hpp"
 
@@ -24,12 +22,6 @@ std::vector<int64_t> bucket_layout(const ModelSpec& model, const Unit& u, int64_
   return off;
 }
 
-void bcast_bytes(uint8_t* data, int64_t bytes, MPI_Comm comm) {
-  constexpr int64_t kPiece = int64_t(1) << 30;  // MPI counts are int
-  for (int64_t off = 0; off < bytes; off += kPiece)
-    MPI_CHECK(MPI_Bcast(data + off, int(std::min(kPiece, bytes - off)), MPI_BYTE, 0, comm));
-}
-
 }  // namespace
 
 RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
@@ -38,9 +30,9 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
   st.trainer = 1;
   const double t0 = now_s();
   const ProducerSchedule& sched = producer_schedule(EngineKind::kBroadcast);
-  GatherContext gctx{&model, &trainer, shards.get(), &world};
+  GatherContext gctx = gather_context();
   StagingMeter meter;
-  std::vector<uint8_t> bucket;
+  DeviceBuffer bucket;
   for (const Unit& u : sched.units) {
     std::unique_ptr<UnitGather> g;
     {
@@ -52,23 +44,23 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
     if (world.rank == 0) {
       int64_t total = 0;
       std::vector<int64_t> off = bucket_layout(model, u, &total);
-      if (int64_t(bucket.size()) < total) {
-        meter.add(total - int64_t(bucket.size()));
-        bucket.resize(size_t(total));
+      if (bucket.size() < total) {
+        meter.sub(bucket.size());
+        bucket = DeviceBuffer(device.get(), total);
+        meter.add(total);
       }
       {
         PhaseTimer t(st.pack_s);
-        for (size_t i = 0; i < u.tensors.size(); ++i) {
-          const SlabRef* s = g->slab(u.tensors[i]);
-          std::memcpy(bucket.data() + off[i], s->data, size_t(model.param(u.tensors[i]).bytes()));
-        }
+        for (size_t i = 0; i < u.tensors.size(); ++i)
+          device->memcpy(bucket.data() + off[i], g->slab(u.tensors[i])->data, model.param(u.tensors[i]).bytes());
       }
       PhaseTimer t(st.transfer_s);
-      bcast_bytes(bucket.data(), total, world.bcast);
+      bcast_comm->bcast(bucket.data(), total, 0);
       st.bytes_out += total;
     }
     meter.sub(g->staging_bytes());
   }
+  device->synchronize();
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
   return st;
@@ -77,6 +69,7 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
 RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version) {
   RankStats st;
   st.rank = world.rank;
+  IdleBackoff wait_backoff;
   for (;;) {
     CtrlMsg m;
     if (transport->poll(&m)) {
@@ -84,7 +77,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
         throw Error("broadcast consumer: expected START of sync " + std::to_string(sync_index));
       break;
     }
-    idle_pause();
+    wait_backoff.pause();
   }
   const double t0 = now_s();
   const ConsumerSchedule& sched = consumer_schedule(EngineKind::kBroadcast);
@@ -92,36 +85,52 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   for (int32_t i = 0; i < int32_t(plan->entries.size()); ++i)
     if (!plan->entries[size_t(i)].is_fill()) entries_of[size_t(plan->entries[size_t(i)].hf_param)].push_back(i);
   StagingMeter meter;
-  std::map<int32_t, std::vector<uint8_t>> buffers;
+  std::map<int32_t, DeviceBuffer> buffers;
   std::map<int32_t, int64_t> group_left = group_copy_bytes;
-  std::vector<uint8_t> bucket;
+  DeviceBuffer bucket;
+  std::deque<DeviceBuffer> done_buffers;
   for (const Unit& u : sched.units) {
     int64_t total = 0;
     std::vector<int64_t> off = bucket_layout(model, u, &total);
-    if (int64_t(bucket.size()) < total) {
-      meter.add(total - int64_t(bucket.size()));
-      bucket.resize(size_t(total));
+    if (bucket.size() < total) {
+      meter.sub(bucket.size());
+      bucket = DeviceBuffer(device.get(), total);
+      meter.add(total);
     }
     {
       PhaseTimer t(st.transfer_s);
-      bcast_bytes(bucket.data(), total, world.bcast);
+      bcast_comm->bcast(bucket.data(), total, 0);
     }
     st.bytes_in += total;
     PhaseTimer t(st.process_s);
+    std::vector<CopyJob> jobs;
+    std::vector<int32_t> completed;
     for (size_t i = 0; i < u.tensors.size(); ++i)
       for (int32_t ei : entries_of[size_t(u.tensors[i])]) {
         const PlanEntry& e = plan->entries[size_t(ei)];
         int32_t g = group_of_param[size_t(e.engine_param)];
-        std::vector<uint8_t>& buf = layerwise(g, buffers, meter);
+        DeviceBuffer& buf = layerwise(g, buffers, meter);
         int64_t eb = dtype_bytes(plan->params[size_t(e.engine_param)].dtype);
-        execute_copy(e.copy, bucket.data() + off[i], buf.data() + (param_offset[size_t(e.engine_param)] - group_span.at(g).first), eb);
-        if ((group_left[g] -= e.numel() * eb) == 0) {
-          const auto& span = group_span.at(g);
-          std::memcpy(live.data() + span.first, buf.data(), buf.size());
-          meter.sub(int64_t(buf.size()));
-          buffers.erase(g);
-        }
+        jobs.push_back(CopyJob{bucket.data() + off[i],
+                               buf.data() + (param_offset[size_t(e.engine_param)] - group_span.at(g).first), e.copy,
+                               int32_t(eb)});
+        if ((group_left[g] -= e.numel() * eb) == 0) completed.push_back(g);
       }
+    device->copy(jobs);
+    for (int32_t g : completed) {
+      const auto& span = group_span.at(g);
+      DeviceBuffer buf = std::move(buffers.at(g));
+      buffers.erase(g);
+      device->memcpy(live.data() + span.first, buf.data(), buf.size());
+      meter.sub(buf.size());
+      done_buffers.push_back(std::move(buf));
+    }
+    // The next bucket overwrites this one: its copies must have run.
+    device->synchronize();
+    while (!done_buffers.empty()) {
+      layerwise_pool.give(std::move(done_buffers.front()));
+      done_buffers.pop_front();
+    }
   }
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();

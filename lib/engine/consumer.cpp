@@ -1,10 +1,9 @@
 // The inference side of the sharded engines: on READY, pull the chunk one-sided from the
 // trainer's registered send buffer into the registered receive buffer, copy its pieces
-// into the layerwise buffer of their weight group, tell the trainer (DONE), and when a
-// group is complete run process + copy into the live weights (V3: on a background thread,
-// so the receive buffer takes the next chunk at once).
-#include <atomic>
-
+// into the layerwise buffer of their weight group (one launch per chunk), tell the trainer
+// (DONE), and when a group is complete run process + copy into the live weights. V3 does
+// the process + copy on the background lane (a second stream on GPUs, a thread on CPUs),
+// so the receive buffer takes the next chunk at once.
 #include "common/error.hpp"
 #include "engine/internal.hpp"
 
@@ -18,6 +17,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   std::deque<CtrlMsg> readies;
 
   // Wait for the trainer's START; READYs of this sync may overtake it.
+  IdleBackoff wait_backoff;
   for (;;) {
     CtrlMsg m;
     if (transport->poll(&m)) {
@@ -32,7 +32,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       continue;
     }
     transport->progress();
-    idle_pause();
+    wait_backoff.pause();
   }
   const double t0 = now_s();
 
@@ -51,10 +51,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     requests_sent[int(e)] = true;
   }
 
+  const bool background = e == EngineKind::kV3;
   StagingMeter meter;
-  meter.add(int64_t(landing.size()));
-  RangeAllocator arena(int64_t(landing.size()));
-  std::map<int32_t, std::vector<uint8_t>> buffers;
+  meter.add(landing.size());
+  RangeAllocator arena(landing.size());
+  std::map<int32_t, DeviceBuffer> buffers;
   std::map<int32_t, int64_t> group_left = group_copy_bytes;
   struct InFlight {
     int32_t unit, chunk;
@@ -62,26 +63,26 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     int64_t offset, bytes;
     double posted;
   };
+  struct Pending {  // device work whose completion frees something
+    Fence fence;
+    int64_t offset = 0, bytes = 0;  // a landing region, or
+    DeviceBuffer buffer;            // a layerwise buffer back to the pool
+  };
   std::map<Transport::GetId, InFlight> gets;
+  std::deque<Pending> landing_free, buffer_free;
   int64_t chunks_left = sched.num_chunks;
-  std::unique_ptr<BackgroundWorker> bg;
-  if (e == EngineKind::kV3) bg = std::make_unique<BackgroundWorker>();
-  std::atomic<int64_t> process_ns{0};
   bool corrupted = false;
 
   auto complete_group = [&](int32_t g) {
-    std::vector<uint8_t> buf = std::move(buffers.at(g));
+    DeviceBuffer buf = std::move(buffers.at(g));
     buffers.erase(g);
-    auto task = [this, g, &meter, &process_ns, b = std::move(buf)]() {
-      double t = now_s();
-      const auto& span = group_span.at(g);
-      // process: identity for bf16 weights; copy into the live weights' fixed storage.
-      std::memcpy(live.data() + span.first, b.data(), b.size());
-      meter.sub(int64_t(b.size()));
-      process_ns += int64_t((now_s() - t) * 1e9);
-    };
-    if (bg) bg->submit(std::move(task));
-    else task();
+    const auto& span = group_span.at(g);
+    // process: identity for bf16 weights; then copy into the live weights' fixed storage.
+    Lane lane = background ? Lane::kBackground : Lane::kMain;
+    if (background) device->after(Lane::kBackground, device->fence(Lane::kMain));
+    device->memcpy(live.data() + span.first, buf.data(), buf.size(), lane);
+    meter.sub(buf.size());
+    buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
   };
 
   auto land = [&](const InFlight& f) {
@@ -90,30 +91,53 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     const Chunk& ch = it->second[size_t(f.chunk)];
     uint8_t* base = landing.data() + f.offset;
     if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted) {
-      base[0] ^= 0x01;  // test hook: one flipped bit must fail verification
+      uint8_t b = 0;  // test hook: one flipped bit must fail verification
+      device->to_host(&b, base, 1);
+      b ^= 0x01;
+      device->from_host(base, &b, 1);
       corrupted = true;
     }
-    double t = now_s();
+    PhaseTimer t(st.process_s);
+    std::vector<CopyJob> jobs;
+    std::vector<int32_t> completed;
     for (const ChunkPiece& p : ch.pieces) {
       int32_t ep = plan->entries[size_t(p.entry)].engine_param;
       int32_t g = group_of_param[size_t(ep)];
-      std::vector<uint8_t>& buf = layerwise(g, buffers, meter);
-      uint8_t* dst = buf.data() + (param_offset[size_t(ep)] - group_span.at(g).first);
-      execute_copy(with_contiguous_src(p.copy), base + p.buf_offset, dst, dtype_bytes(plan->params[size_t(ep)].dtype));
-      if ((group_left[g] -= p.bytes) == 0) complete_group(g);
+      DeviceBuffer& buf = layerwise(g, buffers, meter);
+      jobs.push_back(CopyJob{base + p.buf_offset, buf.data() + (param_offset[size_t(ep)] - group_span.at(g).first),
+                             with_contiguous_src(p.copy), int32_t(dtype_bytes(plan->params[size_t(ep)].dtype))});
+      if ((group_left[g] -= p.bytes) == 0) completed.push_back(g);
     }
-    process_ns += int64_t((now_s() - t) * 1e9);
+    device->copy(jobs);
+    landing_free.push_back(Pending{device->fence(Lane::kMain), f.offset, f.bytes, {}});
+    for (int32_t g : completed) complete_group(g);
+    // The bytes are in our receive buffer: the trainer may reuse its region now.
     CtrlMsg done{kMsgDone, -1, f.unit, f.chunk, L, 0, 0, 0, {}};
     transport->send(f.trainer, done);
     ++st.messages;
-    arena.release(f.offset, f.bytes);
     st.bytes_in += f.bytes;
     --chunks_left;
   };
 
+  auto reclaim = [&] {
+    bool any = false;
+    while (!landing_free.empty() && device->done(landing_free.front().fence)) {
+      arena.release(landing_free.front().offset, landing_free.front().bytes);
+      landing_free.pop_front();
+      any = true;
+    }
+    while (!buffer_free.empty() && device->done(buffer_free.front().fence)) {
+      layerwise_pool.give(std::move(buffer_free.front().buffer));
+      buffer_free.pop_front();
+      any = true;
+    }
+    return any;
+  };
+
   double idle_since = -1;
+  IdleBackoff backoff;
   while (chunks_left > 0) {
-    bool progressed = false;
+    bool progressed = reclaim();
     CtrlMsg m;
     while (transport->poll(&m)) {
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
@@ -123,14 +147,14 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     transport->progress();
     while (!readies.empty()) {
       const CtrlMsg& r = readies.front();
-      auto off = arena.alloc(r.y);
-      if (!off) break;
       const auto& per_trainer = sched.chunks.at(size_t(r.a));
       auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == r.from; });
       if (it == per_trainer.end() || r.b < 0 || r.b >= int32_t(it->second.size()) || it->second[size_t(r.b)].bytes != r.y ||
           uint64_t(r.z) != version)
         throw Error("consumer: READY from rank " + std::to_string(r.from) + " for unit " + std::to_string(r.a) +
                     " chunk " + std::to_string(r.b) + " does not match this rank's schedule");
+      auto off = arena.alloc(r.y);
+      if (!off) break;
       Transport::GetId id = transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
       gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, now_s()});
       ++st.gets;
@@ -153,14 +177,18 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       st.wait_s += now_s() - idle_since;
       idle_since = -1;
     }
-    if (!progressed) idle_pause();
+    if (progressed) backoff.progress();
+    else backoff.pause();
   }
-  if (bg) bg->drain();
   for (const auto& [g, left] : group_left)
     if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
+  device->synchronize();  // every fence has passed (and fences are recycled): release all
+  for (auto& p : landing_free) arena.release(p.offset, p.bytes);
+  for (auto& p : buffer_free) layerwise_pool.give(std::move(p.buffer));
+  landing_free.clear();
+  buffer_free.clear();
   transport->flush_sends();
   st.total_s = now_s() - t0;
-  st.process_s = double(process_ns.load()) / 1e9;
   st.peak_staging_bytes = meter.peak();
   if (opt.verify) verify(version, st);
   return st;

@@ -23,7 +23,9 @@ bool parse_engine(const std::string& s, EngineKind* out);
 SourcePolicy source_policy(EngineKind k);
 
 struct SyncOptions {
-  std::string transport;                // "ucx" or "mpi"
+  std::string transport;                // "ucx", "mpi", "cuda_ipc"
+  MemKind memory = MemKind::kHost;       // where weights and buffers live
+  int gpu = -1;                          // this rank's GPU when memory is kCuda
   int64_t send_buffer_bytes = 64 << 20;  // trainer's registered send buffer
   int64_t recv_buffer_bytes = 16 << 20;  // consumer's registered receive buffer
   int64_t chunk_bytes = 4 << 20;         // largest packed chunk (capped at half of each buffer)
@@ -88,9 +90,16 @@ class Engines {
   // Every rank's stats of the last sync, on rank 0 (empty elsewhere). Trainers use a
   // trainer-only gather; consumers report with a control message.
   std::vector<RankStats> collect(const RankStats& mine);
+  // The raw bandwidth of the pull path: inference rank 0 reads trainer rank 0's whole send
+  // buffer through the transport `iters` times. Called by every rank (start-up phase);
+  // returns GB/s on rank 0 (0 elsewhere).
+  double measure_link(int iters);
   // Releases transport registrations (collective, normal path only).
   void shutdown();
   std::string transport_description() const;
+  std::string device_description() const;
+  // How gathers and the broadcast run ("mpi", "nccl", "mpi-staged"), for the rank map.
+  std::string collectives_description() const;
   const RankPlan* my_plan() const;
 
  private:

@@ -68,6 +68,19 @@ void RangeAllocator::release(int64_t offset, int64_t bytes) {
   }
 }
 
+DeviceBuffer BufferPool::take(int64_t bytes) {
+  auto it = free_.find(bytes);
+  if (it == free_.end()) return DeviceBuffer(dev_, bytes);
+  DeviceBuffer b = std::move(it->second);
+  free_.erase(it);
+  return b;
+}
+
+void BufferPool::give(DeviceBuffer&& buf) {
+  int64_t n = buf.size();
+  free_.emplace(n, std::move(buf));
+}
+
 BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
 
 BackgroundWorker::~BackgroundWorker() {
@@ -150,13 +163,24 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
                     const std::vector<RankPlan>& p, const SyncOptions& o)
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
   chunk_bytes = opt.effective_chunk_bytes();
+  device = opt.memory == MemKind::kCuda ? make_cuda_device(opt.gpu) : make_cpu_device();
+  layerwise_pool.set_device(device.get());
   transport = make_transport(opt.transport);
+  if (!transport->supports(opt.memory))
+    throw InputError("--transport", opt.transport, "cannot move " + std::string(opt.memory == MemKind::kCuda ? "GPU" : "host") +
+                                                       " memory in this build");
+  // Collective set-up in a fixed order on every rank: trainer groups, then the broadcast group.
   if (world.trainer) {
-    shards = std::make_unique<TrainerShards>(model, trainer, world.rank);
-    send_buffer.resize(size_t(opt.send_buffer_bytes));
-  } else {
+    trainers_comm = make_group_comm(world.trainers, *device);
+    tp_comm = make_group_comm(world.tp_group, *device);
+    etp_comm = make_group_comm(world.etp_group, *device);
+    shards = std::make_unique<TrainerShards>(model, trainer, world.rank, *device);
+    send_buffer = DeviceBuffer(device.get(), opt.send_buffer_bytes);
+  }
+  if (world.bcast != MPI_COMM_NULL) bcast_comm = make_group_comm(world.bcast, *device);
+  if (!world.trainer) {
     plan = &plans.at(size_t(world.local_rank));
-    landing.resize(size_t(opt.recv_buffer_bytes));
+    landing = DeviceBuffer(device.get(), opt.recv_buffer_bytes);
     int64_t off = 0;
     for (const EngineParam& ep : plan->params) {
       param_offset.push_back(off);
@@ -166,12 +190,17 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
       span.second += ep.bytes();
       off += ep.bytes();
     }
-    live.assign(size_t(off), 0);
+    live = DeviceBuffer(device.get(), off);
     for (const PlanEntry& e : plan->entries)
       if (!e.is_fill())
         group_copy_bytes[group_of_param[size_t(e.engine_param)]] +=
             e.numel() * dtype_bytes(plan->params[size_t(e.engine_param)].dtype);
   }
+}
+
+GatherContext Engines::Impl::gather_context() {
+  return GatherContext{&model, &trainer, shards.get(), &world, device.get(), trainers_comm.get(), tp_comm.get(),
+                       etp_comm.get()};
 }
 
 const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
@@ -227,43 +256,39 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
   return consumer_schedules.emplace(int(e), std::move(s)).first->second;
 }
 
-std::vector<uint8_t>& Engines::Impl::layerwise(int32_t group, std::map<int32_t, std::vector<uint8_t>>& buffers,
-                                              StagingMeter& meter) {
+DeviceBuffer& Engines::Impl::layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter) {
   auto it = buffers.find(group);
   if (it != buffers.end()) return it->second;
-  auto& buf = buffers[group];
   int64_t bytes = group_span.at(group).second;
-  buf.resize(size_t(bytes));
+  DeviceBuffer& buf = buffers[group];
+  buf = layerwise_pool.take(bytes);
   meter.add(bytes);
   // Padding rows of this group's parameters: the loaders' zero_() entries.
   int64_t base = group_span.at(group).first;
+  std::vector<SynthJob> fills;
   for (const PlanEntry& e : plan->entries)
     if (e.is_fill() && group_of_param[size_t(e.engine_param)] == group)
-      execute_fill(e.copy, buf.data() + (param_offset[size_t(e.engine_param)] - base),
-                   dtype_bytes(plan->params[size_t(e.engine_param)].dtype));
+      fills.push_back(SynthJob{buf.data() + (param_offset[size_t(e.engine_param)] - base), 0, e.copy,
+                               int32_t(dtype_bytes(plan->params[size_t(e.engine_param)].dtype)), true});
+  device->synth(fills);
   return buf;
 }
 
 void Engines::Impl::verify(uint64_t version, RankStats& st) {
   PhaseTimer t(st.verify_s);
+  std::vector<SynthJob> jobs;
   for (const PlanEntry& e : plan->entries) {
     const EngineParam& ep = plan->params[size_t(e.engine_param)];
-    int64_t eb = dtype_bytes(ep.dtype);
-    const uint8_t* base = live.data() + param_offset[size_t(e.engine_param)];
-    uint64_t seed = e.is_fill() ? 0 : synth_seed(e.hf_param, version);
-    for_each_index(e.copy, [&](int64_t s, int64_t d) {
-      uint64_t want = e.is_fill() ? 0 : synth_bits(seed, s);
-      uint64_t got = 0;
-      std::memcpy(&got, base + d * eb, size_t(eb));
-      uint64_t mask = eb >= 8 ? ~0ULL : ((1ULL << (8 * eb)) - 1);
-      if ((want & mask) != got) {
-        if (st.mismatches == 0) {
-          st.bad_param = e.engine_param;
-          st.bad_index = d;
-        }
-        ++st.mismatches;
-      }
-    });
+    jobs.push_back(SynthJob{live.data() + param_offset[size_t(e.engine_param)],
+                            e.is_fill() ? 0 : synth_seed(e.hf_param, version), e.copy, int32_t(dtype_bytes(ep.dtype)),
+                            e.is_fill()});
+  }
+  device->synchronize();
+  VerifyResult r = device->verify(jobs);
+  st.mismatches = r.mismatches;
+  if (r.mismatches > 0) {
+    st.bad_param = plan->entries[size_t(r.first_job)].engine_param;
+    st.bad_index = r.first_index;
   }
 }
 
@@ -278,12 +303,13 @@ Engines::~Engines() = default;
 double Engines::bootstrap() {
   double t0 = now_s();
   Registration reg;
+  reg.kind = impl_->device->kind();
   if (impl_->world.trainer) {
     reg.export_base = impl_->send_buffer.data();
-    reg.export_bytes = impl_->send_buffer.size();
+    reg.export_bytes = size_t(impl_->send_buffer.size());
   } else {
     reg.landing_base = impl_->landing.data();
-    reg.landing_bytes = impl_->landing.size();
+    reg.landing_bytes = size_t(impl_->landing.size());
   }
   impl_->transport->bootstrap(impl_->world.comm, reg);
   MPI_CHECK(MPI_Barrier(impl_->world.comm));
@@ -331,6 +357,7 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   all = trainers;
   all.resize(size_t(m.world.size));
   int missing = m.world.size - m.world.num_trainers;
+  IdleBackoff wait_backoff;
   while (missing > 0) {
     CtrlMsg msg;
     if (!m.early_reports.empty()) {
@@ -338,7 +365,7 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
       m.early_reports.pop_front();
     } else if (!m.transport->poll(&msg)) {
       m.transport->progress();
-      idle_pause();
+      wait_backoff.pause();
       continue;
     }
     if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) || msg.from < m.world.num_trainers)
@@ -350,9 +377,56 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   return all;
 }
 
+double Engines::measure_link(int iters) {
+  Impl& m = *impl_;
+  const int consumer = m.world.num_trainers;  // inference rank 0
+  double gbps = 0;
+  if (m.world.rank == consumer) {
+    size_t bytes = size_t(std::min(m.opt.send_buffer_bytes, m.opt.recv_buffer_bytes));
+    auto once = [&] {
+      Transport::GetId id = m.transport->get(0, 0, 0, bytes);
+      while (!m.transport->test(id)) m.transport->progress();
+    };
+    once();  // warm-up
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) once();
+    gbps = double(bytes) * iters / (now_s() - t0) / 1e9;
+    MPI_CHECK(MPI_Send(&gbps, 1, MPI_DOUBLE, 0, 7002, m.world.comm));
+  } else if (m.world.rank == 0) {
+    // Keep the transport progressing: some UCX paths (shared-memory emulated RMA) need the
+    // target's progress to complete a get.
+    MPI_Request req;
+    MPI_CHECK(MPI_Irecv(&gbps, 1, MPI_DOUBLE, consumer, 7002, m.world.comm, &req));
+    int flag = 0;
+    while (!flag) {
+      m.transport->progress();
+      MPI_CHECK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    }
+  }
+  // Everyone else waits without spinning, so the two measuring ranks have the cores.
+  MPI_Request barrier;
+  MPI_CHECK(MPI_Ibarrier(m.world.comm, &barrier));
+  IdleBackoff backoff;
+  for (int flag = 0; !flag;) {
+    MPI_CHECK(MPI_Test(&barrier, &flag, MPI_STATUS_IGNORE));
+    if (!flag) backoff.pause();
+  }
+  return m.world.rank == 0 ? gbps : 0;
+}
+
 void Engines::shutdown() { impl_->transport->shutdown(); }
 
 std::string Engines::transport_description() const { return impl_->transport->describe(); }
+
+std::string Engines::device_description() const { return impl_->device->describe(); }
+
+std::string Engines::collectives_description() const {
+  const Impl& m = *impl_;
+  std::string s;
+  if (m.tp_comm) s += "gather " + m.trainers_comm->name();
+  if (m.bcast_comm) s += std::string(s.empty() ? "" : ", ") + "bcast " + m.bcast_comm->name();
+  return s.empty() ? "-" : s;
+}
 
 const RankPlan* Engines::my_plan() const { return impl_->plan; }
 

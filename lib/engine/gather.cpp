@@ -15,17 +15,16 @@ bool is_expert_kind(TensorKind k) {
          k == TensorKind::kFusedExpertsGateUp || k == TensorKind::kFusedExpertsDown;
 }
 
-// Copies a packed box into a slab (elements [lo, ...) of the tensor, dim-0 aligned).
-void place_box(const ParamMeta& p, int64_t slab_lo, const Box& box, const uint8_t* packed, uint8_t* slab) {
-  int64_t eb = dtype_bytes(p.dtype);
+// The copy of a packed box into a slab (elements [lo, hi) of the tensor, dim-0 aligned).
+CopyJob place_box(const ParamMeta& p, int64_t slab_lo, int64_t slab_hi, const Box& box, const uint8_t* packed,
+                  uint8_t* slab) {
   std::vector<int64_t> shape = p.shape;
   int64_t row = p.numel() / shape[0];
-  Box b = box;
-  b.start[0] -= slab_lo / row;
-  shape[0] = std::max<int64_t>(b.start[0] + b.length[0], 1);
-  for_each_box_run(shape, b, [&](int64_t global, int64_t local, int64_t n) {
-    std::memcpy(slab + global * eb, packed + local * eb, size_t(n * eb));
-  });
+  shape[0] = (slab_hi - slab_lo) / row;
+  SubView dst = SubView::contiguous(shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    dst.narrow(int(d), d == 0 ? box.start[0] - slab_lo / row : box.start[d], box.length[d]);
+  return CopyJob{packed, slab, make_copy_desc(SubView::contiguous(box.length), dst), int32_t(dtype_bytes(p.dtype))};
 }
 
 }  // namespace
@@ -33,56 +32,47 @@ void place_box(const ParamMeta& p, int64_t slab_lo, const Box& box, const uint8_
 UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy policy) : ctx_(ctx) {
   rank_ = ctx.world->rank;
   for (int32_t hf : unit.tensors) plan_tensor(hf, policy);
-  // Post one collective per communicator for the whole unit.
+  Device& dev = *ctx_.device;
+  // One collective per group communicator for the whole unit.
   for (auto& gp : comms_) {
     CommGather& g = *gp;
-    int n = int(g.by_member.size()), me = 0;
-    MPI_CHECK(MPI_Comm_rank(g.comm, &me));
+    int n = int(g.by_member.size()), me = g.comm->rank();
     g.counts.assign(size_t(n), 0);
     g.displs.assign(size_t(n), 0);
     int64_t total = 0;
     for (int m = 0; m < n; ++m) {
-      int64_t c = 0;
-      for (const auto& x : g.by_member[size_t(m)]) c += x.bytes;
-      if (c > INT_MAX || total > INT_MAX) throw Error("gather: more than 2 GiB in one collective; use smaller units");
-      g.counts[size_t(m)] = int(c);
-      g.displs[size_t(m)] = int(total);
-      total += c;
+      for (const auto& x : g.by_member[size_t(m)]) g.counts[size_t(m)] += x.bytes;
+      g.displs[size_t(m)] = total;
+      total += g.counts[size_t(m)];
     }
+    g.send = DeviceBuffer(&dev, g.counts[size_t(me)]);
+    int64_t off = 0;
     for (const auto& x : g.by_member[size_t(me)]) {
       const TrainerShards::Shard* s = ctx_.shards->find(x.hf);
-      if (!s || !(s->box == x.box)) throw Error("gather: rank " + std::to_string(rank_) + " does not hold its piece of " +
-                                                ctx_.model->param(x.hf).name);
-      g.send.insert(g.send.end(), s->data.begin(), s->data.end());
+      if (!s || !(s->box == x.box))
+        throw Error("gather: rank " + std::to_string(rank_) + " does not hold its piece of " + ctx_.model->param(x.hf).name);
+      dev.memcpy(g.send.data() + off, s->data.data(), x.bytes);
+      off += x.bytes;
     }
     g.receives = !g.to_root || me == 0;
-    if (g.receives) g.recv.resize(size_t(total));
-    staging_bytes_ += int64_t(g.send.size() + g.recv.size());
+    if (g.receives) g.recv = DeviceBuffer(&dev, total);
+    staging_bytes_ += g.send.size() + g.recv.size();
     if (g.to_root)
-      MPI_CHECK(MPI_Igatherv(g.send.data(), int(g.send.size()), MPI_BYTE, g.recv.data(), g.counts.data(), g.displs.data(),
-                             MPI_BYTE, 0, g.comm, &g.req));
+      g.op = g.comm->gatherv(g.send.data(), g.send.size(), g.recv.data(), g.counts, g.displs, 0);
     else
-      MPI_CHECK(MPI_Iallgatherv(g.send.data(), int(g.send.size()), MPI_BYTE, g.recv.data(), g.counts.data(),
-                                g.displs.data(), MPI_BYTE, g.comm, &g.req));
+      g.op = g.comm->allgatherv(g.send.data(), g.send.size(), g.recv.data(), g.counts, g.displs);
   }
   if (comms_.empty()) done_ = true;
 }
 
-UnitGather::~UnitGather() {
-  // A gather still in flight at destruction means the run is failing; the process aborts.
+UnitGather::CommGather& UnitGather::comm_for(GroupComm* comm, bool to_root, size_t members) {
   for (auto& g : comms_)
-    if (g->req != MPI_REQUEST_NULL) MPI_Request_free(&g->req);
-}
-
-UnitGather::CommGather& UnitGather::comm_for(MPI_Comm comm, bool to_root, const std::vector<int>& members) {
-  for (size_t i = 0; i < comms_.size(); ++i)
-    if (comms_[i]->comm == comm && comms_[i]->to_root == to_root) return *comms_[i];
+    if (g->comm == comm && g->to_root == to_root) return *g;
   auto g = std::make_unique<CommGather>();
   g->comm = comm;
   g->to_root = to_root;
-  g->by_member.resize(members.size());
+  g->by_member.resize(members);
   comms_.push_back(std::move(g));
-  comm_members_.push_back(members);
   return *comms_.back();
 }
 
@@ -99,27 +89,27 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
       hi = s.hi;
       have = true;
     }
-  MPI_Comm comm = MPI_COMM_NULL;
+  GroupComm* comm = nullptr;
   std::vector<int> members;
   bool to_root = false;
   if (policy == SourcePolicy::kRootOnly) {
-    comm = ctx_.world->trainers;
+    comm = ctx_.trainers;
     to_root = true;
     for (int r = 0; r < tr.world_size(); ++r) members.push_back(r);
     lo = 0;
     hi = p.numel();
   } else if (policy == SourcePolicy::kEverywhere) {
-    comm = ctx_.world->trainers;
+    comm = ctx_.trainers;
     for (int r = 0; r < tr.world_size(); ++r) members.push_back(r);
   } else {
     if (!have) return;  // not this rank's stage or expert
     int dp = tr.dp_rank_of(rank_), pp = tr.pp_rank_of(rank_);
     if (is_expert_kind(p.kind)) {
-      comm = ctx_.world->etp_group;
+      comm = ctx_.etp_group;
       int ep = tr.ep_rank_of(rank_), edp = (rank_ / (tr.etp() * tr.ep())) % tr.edp();
       for (int et = 0; et < tr.etp(); ++et) members.push_back(tr.expert_rank(et, ep, edp, pp));
     } else {
-      comm = ctx_.world->tp_group;
+      comm = ctx_.tp_group;
       for (int t = 0; t < tr.tp(); ++t) members.push_back(tr.dense_rank(t, dp, pp));
     }
   }
@@ -155,7 +145,7 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
       return;
     }
   }
-  CommGather& g = comm_for(comm, to_root, members);
+  CommGather& g = comm_for(comm, to_root, members.size());
   for (const auto& [member, piece] : contributions)
     g.by_member[size_t(member)].push_back(Contribution{hf, piece.box, piece.box.numel() * eb});
   if (needs_slab) {
@@ -163,8 +153,8 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
     o->hf = hf;
     o->lo = lo;
     o->hi = hi;
-    o->data.resize(size_t((hi - lo) * eb));
-    staging_bytes_ += int64_t(o->data.size());
+    o->data = DeviceBuffer(ctx_.device, (hi - lo) * eb);
+    staging_bytes_ += o->data.size();
     owned_by_hf_[hf] = o.get();
     slabs_[hf] = SlabRef{o->data.data(), lo, hi};
     owned_.push_back(std::move(o));
@@ -173,28 +163,31 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
 
 void UnitGather::assemble(CommGather& g) {
   if (!g.receives) return;
+  std::vector<CopyJob> jobs;
   for (size_t m = 0; m < g.by_member.size(); ++m) {
     const uint8_t* src = g.recv.data() + g.displs[m];
     for (const auto& x : g.by_member[m]) {
       auto it = owned_by_hf_.find(x.hf);
-      if (it != owned_by_hf_.end()) place_box(ctx_.model->param(x.hf), it->second->lo, x.box, src, it->second->data.data());
+      if (it != owned_by_hf_.end())
+        jobs.push_back(place_box(ctx_.model->param(x.hf), it->second->lo, it->second->hi, x.box, src,
+                                 it->second->data.data()));
       src += x.bytes;
     }
   }
-  staging_bytes_ -= int64_t(g.send.size() + g.recv.size());
-  std::vector<uint8_t>().swap(g.send);
-  std::vector<uint8_t>().swap(g.recv);
+  ctx_.device->copy(jobs);  // main lane: ordered before any pack of these slabs
 }
 
 bool UnitGather::test() {
   if (done_) return true;
   bool all = true;
   for (auto& g : comms_) {
-    if (g->req == MPI_REQUEST_NULL) continue;
-    int flag = 0;
-    MPI_CHECK(MPI_Test(&g->req, &flag, MPI_STATUS_IGNORE));
-    if (flag) assemble(*g);
-    else all = false;
+    if (g->done) continue;
+    if (g->comm->test(*g->op)) {
+      assemble(*g);
+      g->done = true;
+    } else {
+      all = false;
+    }
   }
   done_ = all;
   return done_;

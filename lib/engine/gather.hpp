@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/collectives.hpp"
 #include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
 
@@ -27,12 +28,16 @@ struct GatherContext {
   const TrainerPlacement* trainer = nullptr;
   const TrainerShards* shards = nullptr;
   const World* world = nullptr;
+  Device* device = nullptr;
+  GroupComm* trainers = nullptr;  // every trainer rank
+  GroupComm* tp_group = nullptr;
+  GroupComm* etp_group = nullptr;
 };
 
 class UnitGather {
  public:
   UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy policy);
-  ~UnitGather();
+  ~UnitGather() = default;
   UnitGather(const UnitGather&) = delete;
   UnitGather& operator=(const UnitGather&) = delete;
   // Progresses the collectives; true once every slab is assembled.
@@ -49,27 +54,27 @@ class UnitGather {
     int64_t bytes;
   };
   struct CommGather {
-    MPI_Comm comm = MPI_COMM_NULL;
-    bool to_root = false;            // Igatherv to comm rank 0 instead of Iallgatherv
+    GroupComm* comm = nullptr;
+    bool to_root = false;            // gather to comm rank 0 instead of all-gather
     std::vector<std::vector<Contribution>> by_member;  // per comm rank
-    std::vector<int> counts, displs;
-    std::vector<uint8_t> send, recv;
-    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<int64_t> counts, displs;
+    DeviceBuffer send, recv;
+    std::unique_ptr<GroupComm::Op> op;
     bool receives = true;            // false for non-root ranks of a gather to root
+    bool done = false;
   };
   struct OwnedSlab {
     int32_t hf;
     int64_t lo, hi;
-    std::vector<uint8_t> data;
+    DeviceBuffer data;
   };
   void plan_tensor(int32_t hf, SourcePolicy policy);
-  CommGather& comm_for(MPI_Comm comm, bool to_root, const std::vector<int>& members);
+  CommGather& comm_for(GroupComm* comm, bool to_root, size_t members);
   void assemble(CommGather& g);
 
   GatherContext ctx_;
   int rank_ = 0;
   std::vector<std::unique_ptr<CommGather>> comms_;
-  std::vector<std::vector<int>> comm_members_;
   std::vector<std::unique_ptr<OwnedSlab>> owned_;
   std::unordered_map<int32_t, SlabRef> slabs_;
   std::unordered_map<int32_t, OwnedSlab*> owned_by_hf_;

@@ -11,6 +11,8 @@
 #include <optional>
 #include <thread>
 
+#include "engine/collectives.hpp"
+#include "engine/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/gather.hpp"
 #include "engine/schedule.hpp"
@@ -30,9 +32,24 @@ inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Called when a polling loop made no progress: gives the core to another rank (test runs
-// oversubscribe cores).
-inline void idle_pause() { std::this_thread::yield(); }
+// Polling loops back off when idle for long: yield first, then sleep a few microseconds,
+// so ranks sharing cores (local runs) leave them to the ranks that have work. Any progress
+// resets it. This paces idle polling only; no step of the pipeline waits on a timer.
+class IdleBackoff {
+ public:
+  void progress() { idle_ = 0; }
+  void pause() {
+    if (++idle_ < 64) {
+      std::this_thread::yield();
+      return;
+    }
+    int64_t us = std::min<int64_t>(200, int64_t(idle_ - 63) * 4);
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
+ private:
+  int64_t idle_ = 0;
+};
 
 // Adds elapsed time to a counter when it goes out of scope.
 class PhaseTimer {
@@ -73,6 +90,19 @@ class RangeAllocator {
  private:
   int64_t size_;
   std::map<int64_t, int64_t> free_;  // offset -> length
+};
+
+// Reuses device buffers (layerwise buffers) so steady-state syncs do not allocate.
+class BufferPool {
+ public:
+  explicit BufferPool(Device* dev = nullptr) : dev_(dev) {}
+  void set_device(Device* dev) { dev_ = dev; }
+  DeviceBuffer take(int64_t bytes);
+  void give(DeviceBuffer&& buf);
+
+ private:
+  Device* dev_;
+  std::multimap<int64_t, DeviceBuffer> free_;
 };
 
 // Runs tasks in order on one background thread (V3: process + copy into live weights).
@@ -117,20 +147,23 @@ struct Engines::Impl {
   const InferencePlacement& inference;
   const std::vector<RankPlan>& plans;
   SyncOptions opt;
+  std::unique_ptr<Device> device;
   std::unique_ptr<Transport> transport;
   int64_t chunk_bytes = 0;
+  // Group communicators (trainer gathers; broadcast baseline).
+  std::unique_ptr<GroupComm> trainers_comm, tp_comm, etp_comm, bcast_comm;
 
   // Trainer state.
   std::unique_ptr<TrainerShards> shards;
-  std::vector<uint8_t> send_buffer;
+  DeviceBuffer send_buffer;
   std::map<int, ProducerSchedule> producer_schedules;  // by engine
   // Cached requests: [engine][unit][local rank] -> decoded pulls (V2/V3 keep them across syncs).
   std::map<int, std::vector<std::vector<std::optional<std::vector<ChunkPiece>>>>> request_cache;
 
   // Consumer state.
   const RankPlan* plan = nullptr;
-  std::vector<uint8_t> landing;
-  std::vector<uint8_t> live;                 // live weights, engine params in creation order
+  DeviceBuffer landing;
+  DeviceBuffer live;                         // live weights, engine params in creation order
   std::vector<int64_t> param_offset;         // byte offset of each engine param in `live`
   std::vector<int32_t> group_of_param;
   std::map<int32_t, std::pair<int64_t, int64_t>> group_span;  // group -> (offset, bytes) in live
@@ -139,6 +172,7 @@ struct Engines::Impl {
   std::map<int, bool> requests_sent;  // V2/V3: metadata sent once per engine
   std::map<int, Routes> routes;       // by source policy
   std::deque<CtrlMsg> early_reports;  // rank 0: REPORTs that arrived while it still served
+  BufferPool layerwise_pool;
 
   Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
        const std::vector<RankPlan>& p, const SyncOptions& o);
@@ -147,13 +181,15 @@ struct Engines::Impl {
   const ProducerSchedule& producer_schedule(EngineKind e);
   const ConsumerSchedule& consumer_schedule(EngineKind e);
   std::vector<int> consumers_of_local(int local_rank) const;  // world ranks, every replica
+  GatherContext gather_context();
 
   RankStats run_producer(EngineKind e, int sync_index, uint64_t version);
   RankStats run_consumer(EngineKind e, int sync_index, uint64_t version);
   RankStats run_broadcast_trainer(int sync_index, uint64_t version);
   RankStats run_broadcast_consumer(int sync_index, uint64_t version);
   void verify(uint64_t version, RankStats& st);
-  std::vector<uint8_t>& layerwise(int32_t group, std::map<int32_t, std::vector<uint8_t>>& buffers, StagingMeter& meter);
+  // The layerwise buffer of a group (allocated on first use, padding zero-filled).
+  DeviceBuffer& layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter);
 };
 
 }  // namespace shardsync

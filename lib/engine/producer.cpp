@@ -16,6 +16,8 @@ namespace {
 struct PackedChunk {
   int64_t offset = 0, bytes = 0;
   int pending = 0;  // consumers that have not sent DONE
+  Fence packed = 0; // the pack kernel's fence; READY goes out once it has passed
+  bool ready = false;
 };
 
 struct LocalRankWork {
@@ -56,11 +58,12 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
                                                          std::vector<std::set<int>>(static_cast<size_t>(num_locals)));
 
   StagingMeter meter;
-  meter.add(int64_t(send_buffer.size()));
-  RangeAllocator arena(int64_t(send_buffer.size()));
-  GatherContext gctx{&model, &trainer, shards.get(), &world};
+  meter.add(send_buffer.size());
+  RangeAllocator arena(send_buffer.size());
+  GatherContext gctx = gather_context();
   std::map<int32_t, std::unique_ptr<UnitWork>> active;
   int next_gather = 0, released = 0;
+  IdleBackoff backoff;
 
   auto consumers_with_request = [&](int32_t u, int l) {
     std::set<int> c;
@@ -122,47 +125,55 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
     active.emplace(u, std::move(w));
   };
 
-  // Packs what the send buffer has room for; returns true if anything happened.
+  auto send_ready = [&](const UnitWork& w, int l, size_t j, int consumer) {
+    const LocalRankWork& lw = w.locals[size_t(l)];
+    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version), {}};
+    transport->send(consumer, r);
+    ++st.messages;
+  };
+
+  // Packs what the send buffer has room for (one launch per chunk), and sends READY for
+  // chunks whose pack has finished; returns true if anything happened.
   auto pack_some = [&](UnitWork& w) {
     bool did = false;
     for (int l = 0; l < num_locals; ++l) {
       LocalRankWork& lw = w.locals[size_t(l)];
       if (!lw.have_request) continue;
       std::set<int> want = consumers_with_request(w.unit, l);
-      // READY for chunks already packed, to consumers whose request arrived later (V1).
-      for (size_t j = 0; j < lw.next; ++j)
+      for (size_t j = 0; j < lw.next; ++j) {
+        PackedChunk& pc = lw.packed[j];
+        if (!pc.ready) {
+          if (!device->done(pc.packed)) continue;
+          pc.ready = true;
+        }
         for (int c : want)
           if (!lw.sent[j].count(c)) {
-            CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version), {}};
-            transport->send(c, r);
+            send_ready(w, l, j, c);
             lw.sent[j].insert(c);
-            ++st.messages;
+            did = true;
           }
+      }
       while (lw.next < lw.chunks.size()) {
         const Chunk& ch = lw.chunks[lw.next];
         auto off = arena.alloc(ch.bytes);
         if (!off) return did;
+        std::vector<CopyJob> jobs;
         {
           PhaseTimer t(st.pack_s);
           for (const ChunkPiece& p : ch.pieces) {
             const SlabRef* s = w.gather->slab(p.hf);
             if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
-            int64_t eb = dtype_bytes(model.param(p.hf).dtype);
             CopyDesc d = with_contiguous_dst(p.copy);
             d.src_offset = p.copy.src_offset - s->lo;
-            execute_copy(d, s->data, send_buffer.data() + *off + p.buf_offset, eb);
+            jobs.push_back(CopyJob{s->data, send_buffer.data() + *off + p.buf_offset, d,
+                                   int32_t(dtype_bytes(model.param(p.hf).dtype))});
           }
+          device->copy(jobs);
         }
         int n_consumers = int(consumers_of_local(l).size());
-        lw.packed[lw.next] = PackedChunk{*off, ch.bytes, n_consumers};
+        lw.packed[lw.next] = PackedChunk{*off, ch.bytes, n_consumers, device->fence(Lane::kMain), false};
         w.outstanding += n_consumers;
         st.bytes_out += ch.bytes * n_consumers;
-        for (int c : want) {
-          CtrlMsg r{kMsgReady, -1, w.unit, int32_t(lw.next), l, *off, ch.bytes, int64_t(version), {}};
-          transport->send(c, r);
-          lw.sent[lw.next].insert(c);
-          ++st.messages;
-        }
         ++lw.next;
         did = true;
       }
@@ -172,8 +183,11 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
 
   auto unit_finished = [&](UnitWork& w) {
     if (!w.gathered) return false;
-    for (const LocalRankWork& lw : w.locals)
+    for (const LocalRankWork& lw : w.locals) {
       if (!lw.chunks.empty() && (!lw.have_request || lw.next < lw.chunks.size())) return false;
+      for (const PackedChunk& pc : lw.packed)
+        if (!pc.ready) return false;
+    }
     for (int l = 0; l < num_locals; ++l)
       if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !w.locals[size_t(l)].have_request) return false;
     return w.outstanding == 0;
@@ -209,9 +223,15 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
         ++it;
       }
     }
-    if (!progressed) idle_pause();
+    // Non-blocking collectives progress only inside MPI calls: keep testing while one is in
+    // flight (yield, no sleep).
+    bool gathering = false;
+    for (const auto& [u, w] : active) gathering = gathering || !w->gathered;
+    if (progressed || gathering) backoff.progress();
+    if (!progressed) backoff.pause();
   }
   transport->flush_sends();
+  device->synchronize();
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
   (void)sync_index;

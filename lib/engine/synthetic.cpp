@@ -17,15 +17,26 @@ void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem
       for (int64_t i = 0; i < n; ++i) q[i] = uint32_t(synth_bits(seed, first + i));
       return;
     }
+    case 1:
+      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_bits(seed, first + i));
+      return;
     default:
       for (int64_t i = 0; i < n; ++i) {
         uint64_t v = synth_bits(seed, first + i);
-        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 8)));
+        std::memset(p + i * elem_bytes, 0, size_t(elem_bytes));
+        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 4)));
       }
   }
 }
 
-TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank) : model_(&model) {
+CopyDesc box_desc(const std::vector<int64_t>& shape, const Box& box) {
+  SubView v = SubView::contiguous(shape);
+  for (size_t d = 0; d < shape.size(); ++d) v.narrow(int(d), box.start[d], box.length[d]);
+  return make_pack_desc(v, 0);
+}
+
+TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, Device& device)
+    : model_(&model), device_(&device) {
   index_.assign(model.params().size(), -1);
   for (int32_t i = 0; i < int32_t(model.params().size()); ++i) {
     for (const auto& piece : trainer.pieces(i)) {
@@ -33,8 +44,8 @@ TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& tra
       Shard s;
       s.hf = i;
       s.box = piece.box;
-      s.data.resize(size_t(piece.box.numel() * dtype_bytes(model.param(i).dtype)));
-      bytes_ += int64_t(s.data.size());
+      s.data = DeviceBuffer(&device, piece.box.numel() * dtype_bytes(model.param(i).dtype));
+      bytes_ += s.data.size();
       index_[size_t(i)] = int32_t(shards_.size());
       shards_.push_back(std::move(s));
     }
@@ -42,15 +53,15 @@ TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& tra
 }
 
 void TrainerShards::fill(uint64_t version, int32_t skip_hf) {
+  std::vector<SynthJob> jobs;
   for (Shard& s : shards_) {
     if (s.hf == skip_hf) continue;
     const ParamMeta& p = model_->param(s.hf);
-    int64_t eb = dtype_bytes(p.dtype);
-    uint64_t seed = synth_seed(s.hf, version);
-    for_each_box_run(p.shape, s.box, [&](int64_t global, int64_t local, int64_t n) {
-      synth_fill(s.data.data() + local * eb, seed, global, n, eb);
-    });
+    jobs.push_back(SynthJob{s.data.data(), synth_seed(s.hf, version), box_desc(p.shape, s.box),
+                            int32_t(dtype_bytes(p.dtype)), false});
   }
+  device_->synth(jobs);
+  device_->synchronize();
 }
 
 const TrainerShards::Shard* TrainerShards::find(int32_t hf) const {

@@ -8,25 +8,18 @@
 #include <vector>
 
 #include "layout/trainer.hpp"
+#include "engine/device.hpp"
+#include "engine/synth_hash.hpp"
 #include "model/catalog.hpp"
 
 namespace shardsync {
 
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-inline uint64_t synth_seed(int32_t hf, uint64_t version) {
-  return mix64((uint64_t(uint32_t(hf)) << 32) ^ (version * 0x9e3779b97f4a7c15ULL) ^ 0x5eed5eedULL);
-}
-inline uint64_t synth_bits(uint64_t seed, int64_t elem) { return mix64(seed + uint64_t(elem) * 0xd1b54a32d192ed03ULL); }
-
 // Writes the low `elem_bytes` bytes of synth_bits(seed, first + i) for i in [0, n).
 void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes);
+
+// The copy from an HF tensor's element-index space to a box stored contiguously: the
+// source positions are the elements' global indices.
+CopyDesc box_desc(const std::vector<int64_t>& shape, const Box& box);
 
 // Visits a box of a tensor as contiguous runs: f(global element offset, box-local element
 // offset, run length). Boxes are stored contiguously in row-major box order.
@@ -59,14 +52,15 @@ void for_each_box_run(const std::vector<int64_t>& shape, const Box& box, F&& f) 
   }
 }
 
-// The pieces of HF tensors one trainer rank holds (its shard), filled per version.
+// The pieces of HF tensors one trainer rank holds (its shard), filled per version, in the
+// memory of `device` (host or GPU).
 class TrainerShards {
  public:
-  TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank);
+  TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, Device& device);
   struct Shard {
     int32_t hf = -1;
     Box box;
-    std::vector<uint8_t> data;  // box elements, row-major
+    DeviceBuffer data;  // box elements, row-major
   };
   // Refills every shard with `version` (the optimizer step); `skip_hf` keeps one stale.
   void fill(uint64_t version, int32_t skip_hf = -1);
@@ -76,6 +70,7 @@ class TrainerShards {
 
  private:
   const ModelSpec* model_;
+  Device* device_;
   std::vector<Shard> shards_;
   std::vector<int32_t> index_;  // hf -> shard or -1
   int64_t bytes_ = 0;

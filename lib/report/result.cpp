@@ -83,22 +83,28 @@ EngineSummary summarize(const EngineRun& run) {
   return s;
 }
 
-void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title) {
-  Table t({{"engine", "", true}, {"syncs", ""}, {"time", "s"}, {"min", "s"}, {"max", "s"}, {"gather", "s"},
-           {"pack", "s"}, {"transfer", "s"}, {"process", "s"}, {"moved", "MB"}, {"agg_bw", "GB/s"},
-           {"rank_bw", "GB/s"}, {"tr_peak", "MB"}, {"inf_peak", "MB"}, {"msgs", ""}, {"#wrong", ""},
-           {"vs_bcast", "x"}});
+void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title,
+                         double link_gbps) {
+  std::vector<Column> cols = {{"engine", "", true}, {"syncs", ""}, {"time", "s"}, {"min", "s"}, {"max", "s"},
+                              {"gather", "s"}, {"pack", "s"}, {"transfer", "s"}, {"process", "s"}, {"moved", "MB"},
+                              {"agg_bw", "GB/s"}, {"rank_bw", "GB/s"}, {"tr_peak", "MB"}, {"inf_peak", "MB"},
+                              {"msgs", ""}, {"#wrong", ""}, {"vs_bcast", "x"}};
+  if (link_gbps > 0) cols.push_back({"of_link", "%"});
+  Table t(cols);
   if (!title.empty()) t.add_title(title);
   double base = 0;
   for (const auto& r : rows)
     if (r.engine == "broadcast") base = r.time_s.avg;
   auto f = [](double v) { return fmt_fixed(v, 6); };
   for (const auto& r : rows) {
-    t.add_row({r.engine, fmt_int(r.timed_syncs), f(r.time_s.avg), f(r.time_s.min), f(r.time_s.max), f(r.gather_s),
-               f(r.pack_s), f(r.transfer_s), f(r.process_s), fmt_fixed(double(r.bytes_moved) / 1e6, 3),
-               fmt_fixed(r.aggregate_gbps, 3), fmt_fixed(r.rank_gbps.avg, 3), fmt_fixed(r.trainer_peak_bytes.max / 1e6, 3),
-               fmt_fixed(r.consumer_peak_bytes.max / 1e6, 3), fmt_int(r.messages), fmt_int(r.wrong),
-               base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"});
+    std::vector<std::string> cells = {
+        r.engine, fmt_int(r.timed_syncs), f(r.time_s.avg), f(r.time_s.min), f(r.time_s.max), f(r.gather_s),
+        f(r.pack_s), f(r.transfer_s), f(r.process_s), fmt_fixed(double(r.bytes_moved) / 1e6, 3),
+        fmt_fixed(r.aggregate_gbps, 3), fmt_fixed(r.rank_gbps.avg, 3), fmt_fixed(r.trainer_peak_bytes.max / 1e6, 3),
+        fmt_fixed(r.consumer_peak_bytes.max / 1e6, 3), fmt_int(r.messages), fmt_int(r.wrong),
+        base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"};
+    if (link_gbps > 0) cells.push_back(fmt_fixed(100.0 * r.aggregate_gbps / link_gbps, 1));
+    t.add_row(cells);
   }
   t.print(os);
 }

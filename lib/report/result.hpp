@@ -39,7 +39,10 @@ struct EngineSummary {
 };
 
 EngineSummary summarize(const EngineRun& run);
-void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title);
+// link_gbps > 0 adds a column: each engine's aggregate bandwidth over the pull path's raw
+// copy bandwidth measured in the same run.
+void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& rows, const std::string& title,
+                         double link_gbps = 0);
 nlohmann::json summary_json(const EngineSummary& s);
 nlohmann::json run_json(const EngineRun& run);
 

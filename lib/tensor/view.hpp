@@ -97,6 +97,27 @@ void for_each_index(const CopyDesc& d, F&& f) {
     }
   }
 }
+// Visits the innermost runs: f(src_start, dst_start, length, src_stride, dst_stride).
+template <class F>
+void for_each_run(const CopyDesc& d, F&& f) {
+  if (d.numel == 0) return;
+  const CopyDim& in = d.dims.back();
+  size_t outer = d.dims.size() - 1;
+  std::vector<int64_t> idx(outer, 0);
+  int64_t runs = d.numel / in.size;
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t s = d.src_offset, t = d.dst_offset;
+    for (size_t k = 0; k < outer; ++k) {
+      s += idx[k] * d.dims[k].src_stride;
+      t += idx[k] * d.dims[k].dst_stride;
+    }
+    f(s, t, in.size, in.src_stride, in.dst_stride);
+    for (size_t k = outer; k-- > 0;) {
+      if (++idx[k] < d.dims[k].size) break;
+      idx[k] = 0;
+    }
+  }
+}
 // The [lo, hi) range of source element indices a descriptor reads.
 void source_range(const CopyDesc& d, int64_t* lo, int64_t* hi);
 void dest_range(const CopyDesc& d, int64_t* lo, int64_t* hi);

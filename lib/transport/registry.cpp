@@ -8,6 +8,10 @@
 
 namespace shardsync {
 
+#ifdef SHARDSYNC_HAVE_CUDA
+std::unique_ptr<Transport> make_cuda_ipc_transport();  // cuda_ipc_transport.cpp
+#endif
+
 const std::vector<TransportInfo>& transport_registry() {
   static const std::vector<TransportInfo> registry = {
 #ifdef SHARDSYNC_HAVE_UCX
@@ -16,6 +20,10 @@ const std::vector<TransportInfo>& transport_registry() {
 #endif
       {"mpi", "MPI RMA (MPI_Rget on a window) and point-to-point control messages",
        [] { return std::unique_ptr<Transport>(new MpiTransport()); }},
+#ifdef SHARDSYNC_HAVE_CUDA
+      {"cuda_ipc", "CUDA IPC between GPUs of one node (cudaMemcpyAsync from peers' send buffers), MPI control",
+       [] { return make_cuda_ipc_transport(); }},
+#endif
   };
   return registry;
 }

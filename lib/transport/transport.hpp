@@ -86,7 +86,7 @@ struct TransportInfo {
 };
 const std::vector<TransportInfo>& transport_registry();
 std::unique_ptr<Transport> make_transport(const std::string& name);
-std::string default_transport_name();
+std::string default_transport_name();  // the first of the registry (host memory)
 
 // Check macro for MPI calls: throws with host, rank, file:line, call and MPI's message.
 [[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);

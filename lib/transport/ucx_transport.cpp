@@ -66,7 +66,8 @@ std::string UcxTransport::describe() const {
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
   return "ucx " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release) +
-         " (ucp_get_nbx, tag messages" + (tls_.empty() ? "" : ", UCX_TLS=" + tls_) + ")";
+         " (ucp_get_nbx, tag messages" + (peer_errors_ ? ", peer error handling" : "") +
+         (tls_.empty() ? "" : ", UCX_TLS=" + tls_) + ")";
 }
 
 bool UcxTransport::supports(MemKind kind) const {
@@ -80,6 +81,7 @@ bool UcxTransport::supports(MemKind kind) const {
 void UcxTransport::bootstrap(MPI_Comm world, const Registration& reg) {
   if (!supports(reg.kind)) throw Error("ucx transport: this UCX has no support for the requested memory kind");
   if (const char* tls = getenv("UCX_TLS")) tls_ = tls;
+  if (const char* pe = getenv("SHARDSYNC_UCX_PEER_ERRORS")) peer_errors_ = std::string(pe) == "1";
   MPI_CHECK(MPI_Comm_dup(world, &comm_));
   int size = 0;
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -145,7 +147,9 @@ void UcxTransport::bootstrap(MPI_Comm world, const Registration& reg) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[size_t(i)]);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // Peer error handling excludes transports without failure detection (UCX 1.13's shared
+    // memory), so it is on only when asked for (fault-tolerant runs; free on InfiniBand).
+    ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
       auto* a = static_cast<EpErrorArg*>(arg);
       a->self->mark_failed(a->peer);

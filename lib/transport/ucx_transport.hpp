@@ -62,6 +62,7 @@ class UcxTransport : public Transport {
   GetId next_id_ = 1;
   std::set<int> failed_;
   std::string tls_;
+  bool peer_errors_ = false;  // SHARDSYNC_UCX_PEER_ERRORS=1
 };
 
 }  // namespace shardsync

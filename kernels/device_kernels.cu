@@ -1,0 +1,349 @@
+// device_kernels.cu: the CUDA device (lib/engine/device.hpp) and its batched kernels.
+// CPU twins: execute_copy (lib/tensor/view.cpp), cpu_synth and cpu_verify
+// (lib/engine/cpu_device.cpp); tests/kernels compare the two on random jobs.
+//
+//   build/tests/test_kernels --gtest_filter='Kernels.*'   # skips without a GPU
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "common/error.hpp"
+#include "engine/device.hpp"
+#include "engine/synth_hash.hpp"
+#include "common/cuda_check.hpp"
+#include "strided.cuh"
+
+namespace shardsync {
+
+namespace kernels {
+
+namespace {
+
+__device__ __forceinline__ void run_base(const DevJob& j, int64_t r, int64_t* s, int64_t* d) {
+  int64_t so = j.src_offset, dof = j.dst_offset;
+  for (int k = j.outer - 1; k >= 0; --k) {
+    int64_t n = j.size[k];
+    int64_t i = r % n;
+    r /= n;
+    so += i * j.src_stride[k];
+    dof += i * j.dst_stride[k];
+  }
+  *s = so;
+  *d = dof;
+}
+
+template <int V>
+struct Vec;
+template <>
+struct Vec<16> {
+  using T = uint4;
+};
+template <>
+struct Vec<8> {
+  using T = uint2;
+};
+template <>
+struct Vec<4> {
+  using T = uint32_t;
+};
+template <>
+struct Vec<2> {
+  using T = uint16_t;
+};
+template <>
+struct Vec<1> {
+  using T = uint8_t;
+};
+
+// One unit of a job: `s`/`d` are the run's first element; `w` the unit within the run.
+template <int V>
+__device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, int64_t w, unsigned long long* bad,
+                                        unsigned long long* first, int job_idx) {
+  using T = typename Vec<V>::T;
+  const int eb = j.elem_bytes;
+  const bool contiguous = j.unit_bytes != eb || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
+  int64_t per = V / eb;  // elements per unit (1 when elementwise)
+  int64_t se = contiguous ? s + w * per : s + w * j.inner_src_stride;
+  int64_t de = contiguous ? d + w * per : d + w * j.inner_dst_stride;
+  uint8_t* dp = j.dst + de * eb;
+  if (j.mode == kCopy) {
+    *reinterpret_cast<T*>(dp) = *reinterpret_cast<const T*>(j.src + se * eb);
+    return;
+  }
+  // Synthetic values of `per` consecutive source elements, packed little-endian.
+  union {
+    T v;
+    uint8_t b[V];
+  } u;
+  for (int64_t e = 0; e < per; ++e) {
+    uint32_t x = j.mode == kZero ? 0u : synth_bits(j.seed, se + e);
+    for (int k = 0; k < eb; ++k) u.b[e * eb + k] = k < 4 ? uint8_t(x >> (8 * k)) : 0;
+  }
+  if (j.mode == kVerify) {
+    union {
+      T v;
+      uint8_t b[V];
+    } got;
+    got.v = *reinterpret_cast<const T*>(dp);
+    for (int64_t e = 0; e < per; ++e) {
+      bool same = true;
+      for (int k = 0; k < eb; ++k) same = same && got.b[e * eb + k] == u.b[e * eb + k];
+      if (!same) {
+        atomicAdd(bad, 1ull);
+        atomicMin(first, (static_cast<unsigned long long>(job_idx) << 40) | static_cast<unsigned long long>(de + e));
+      }
+    }
+    return;
+  }
+  *reinterpret_cast<T*>(dp) = u.v;
+}
+
+template <int V>
+__global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long long* bad, unsigned long long* first) {
+  const Tile t = tiles[blockIdx.x];
+  const DevJob& j = jobs[t.job];
+  const int64_t end = t.first_unit + t.units;
+  int64_t u = t.first_unit + threadIdx.x;
+  if (u >= end) return;
+  if (j.run_units >= blockDim.x) {
+    // Long runs: locate the run once, then walk it; re-locate only when crossing a run.
+    int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
+    run_base(j, r, &s, &d);
+    for (; u < end; u += blockDim.x) {
+      do_unit<V>(j, s, d, w, bad, first, t.job);
+      w += blockDim.x;
+      while (w >= j.run_units && u + blockDim.x < end) {
+        w -= j.run_units;
+        run_base(j, ++r, &s, &d);
+      }
+    }
+  } else {
+    for (; u < end; u += blockDim.x) {
+      int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
+      run_base(j, r, &s, &d);
+      do_unit<V>(j, s, d, w, bad, first, t.job);
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace kernels
+
+namespace {
+
+using kernels::DevJob;
+using kernels::Tile;
+
+// Converts a CopyDesc job to the kernel form, choosing the widest safe vector unit.
+DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, uint64_t seed) {
+  if (desc.dims.size() > size_t(kernels::kMaxOuter) + 1)
+    throw Error("device kernels: a copy with more than 8 loops");
+  DevJob j{};
+  j.src = src;
+  j.dst = dst;
+  j.src_offset = desc.src_offset;
+  j.dst_offset = desc.dst_offset;
+  j.elem_bytes = eb;
+  j.mode = mode;
+  j.seed = seed;
+  const CopyDim& in = desc.dims.back();
+  j.outer = int32_t(desc.dims.size()) - 1;
+  for (int k = 0; k < j.outer; ++k) {
+    j.size[k] = desc.dims[size_t(k)].size;
+    j.src_stride[k] = desc.dims[size_t(k)].src_stride;
+    j.dst_stride[k] = desc.dims[size_t(k)].dst_stride;
+  }
+  j.inner_src_stride = in.src_stride;
+  j.inner_dst_stride = in.dst_stride;
+  j.runs = in.size == 0 ? 0 : desc.numel / in.size;
+  // Vector width: both sides contiguous (synth: the index side is always "contiguous" when
+  // its stride is 1), every run start and the base pointers aligned to it.
+  bool src_contig = in.src_stride == 1, dst_contig = in.dst_stride == 1;
+  int32_t v = eb;
+  if (src_contig && dst_contig) {
+    for (int32_t cand : {16, 8, 4}) {
+      if (cand <= eb || cand % eb) continue;
+      int64_t per = cand / eb;
+      bool ok = in.size % per == 0 && desc.dst_offset % per == 0 &&
+                reinterpret_cast<uintptr_t>(dst) % uintptr_t(cand) == 0;
+      if (mode == kernels::kCopy)
+        ok = ok && desc.src_offset % per == 0 && reinterpret_cast<uintptr_t>(src) % uintptr_t(cand) == 0;
+      for (int k = 0; ok && k < j.outer; ++k) {
+        ok = j.dst_stride[k] % per == 0;
+        if (mode == kernels::kCopy) ok = ok && j.src_stride[k] % per == 0;
+      }
+      if (ok) {
+        v = cand;
+        break;
+      }
+    }
+  }
+  j.unit_bytes = v;
+  j.run_units = in.size / (v / eb);
+  return j;
+}
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int gpu) : gpu_(gpu) {
+    CUDA_CHECK(cudaSetDevice(gpu));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&streams_[0], cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&streams_[1], cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&counters_, 2 * sizeof(unsigned long long)));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
+    name_ = prop.name;
+  }
+  ~CudaDevice() override {
+    cudaDeviceSynchronize();
+    for (auto e : events_) cudaEventDestroy(e);
+    cudaFree(counters_);
+    cudaStreamDestroy(streams_[0]);
+    cudaStreamDestroy(streams_[1]);
+  }
+  MemKind kind() const override { return MemKind::kCuda; }
+  std::string describe() const override { return "cuda:" + std::to_string(gpu_) + " (" + name_ + ")"; }
+  int gpu() const override { return gpu_; }
+  uint8_t* alloc(int64_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, size_t(std::max<int64_t>(bytes, 16))));
+    return static_cast<uint8_t*>(p);
+  }
+  void release(uint8_t* p) override { CUDA_CHECK(cudaFree(p)); }
+
+  void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
+    std::vector<DevJob> dj;
+    for (const CopyJob& j : jobs)
+      if (j.desc.numel > 0) dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0));
+    launch(dj, lane);
+  }
+  void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
+    std::vector<DevJob> dj;
+    for (const SynthJob& j : jobs)
+      if (j.desc.numel > 0)
+        dj.push_back(make_dev_job(j.desc, nullptr, j.dst, j.elem_bytes, j.zero ? kernels::kZero : kernels::kSynth, j.seed));
+    launch(dj, lane);
+  }
+  void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream(lane)));
+  }
+  Fence fence(Lane lane) override {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, stream(lane)));
+    events_.push_back(e);
+    return Fence(events_.size() - 1);
+  }
+  bool done(Fence f) override {
+    cudaError_t st = cudaEventQuery(events_.at(size_t(f)));
+    if (st == cudaErrorNotReady) return false;
+    CUDA_CHECK(st);
+    return true;
+  }
+  void after(Lane lane, Fence f) override { CUDA_CHECK(cudaStreamWaitEvent(stream(lane), events_.at(size_t(f)), 0)); }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+    CUDA_CHECK(cudaStreamSynchronize(streams_[1]));
+    // Fences recorded so far are complete: recycle them.
+    for (auto e : events_) CUDA_CHECK(cudaEventDestroy(e));
+    events_.clear();
+  }
+  VerifyResult verify(const std::vector<SynthJob>& jobs) override {
+    std::vector<DevJob> dj;
+    std::vector<int64_t> index;  // device job -> caller's job
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (jobs[i].desc.numel > 0) {
+        dj.push_back(make_dev_job(jobs[i].desc, nullptr, jobs[i].dst, jobs[i].elem_bytes, kernels::kVerify, jobs[i].seed));
+        index.push_back(int64_t(i));
+      }
+    unsigned long long init[2] = {0ull, ~0ull};
+    CUDA_CHECK(cudaMemcpyAsync(counters_, init, sizeof init, cudaMemcpyHostToDevice, streams_[0]));
+    launch(dj, Lane::kMain);
+    unsigned long long out[2];
+    CUDA_CHECK(cudaMemcpyAsync(out, counters_, sizeof out, cudaMemcpyDeviceToHost, streams_[0]));
+    CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+    VerifyResult r;
+    r.mismatches = int64_t(out[0]);
+    if (r.mismatches > 0) {
+      r.first_job = index.at(size_t(out[1] >> 40));
+      r.first_index = int64_t(out[1] & ((1ull << 40) - 1));
+    }
+    return r;
+  }
+  void to_host(void* dst, const uint8_t* src, int64_t bytes) override {
+    CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+    CUDA_CHECK(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost));
+  }
+  void from_host(uint8_t* dst, const void* src, int64_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, streams_[0]));
+    CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+  }
+  void* main_stream() override { return streams_[0]; }
+
+ private:
+  cudaStream_t stream(Lane lane) const { return streams_[lane == Lane::kMain ? 0 : 1]; }
+
+  // Tiles every job and launches one kernel per vector width present.
+  void launch(const std::vector<DevJob>& jobs, Lane lane) {
+    if (jobs.empty()) return;
+    cudaStream_t s = stream(lane);
+    for (int v : {16, 8, 4, 2, 1}) {
+      std::vector<DevJob> sel;
+      std::vector<Tile> tiles;
+      for (const DevJob& j : jobs) {
+        if (j.unit_bytes != v) continue;
+        int64_t units = j.runs * j.run_units;
+        for (int64_t f = 0; f < units; f += kernels::kTileUnits)
+          tiles.push_back(Tile{int32_t(sel.size()), 0, f, std::min(kernels::kTileUnits, units - f)});
+        sel.push_back(j);
+      }
+      if (tiles.empty()) continue;
+      size_t jb = sel.size() * sizeof(DevJob), tb = tiles.size() * sizeof(Tile);
+      uint8_t* d = nullptr;
+      CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
+      // Pageable sources: the copies complete (to a driver buffer) before returning.
+      CUDA_CHECK(cudaMemcpyAsync(d, sel.data(), jb, cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(d + jb, tiles.data(), tb, cudaMemcpyHostToDevice, s));
+      auto* dj = reinterpret_cast<const DevJob*>(d);
+      auto* dt = reinterpret_cast<const Tile*>(d + jb);
+      unsigned grid = unsigned(tiles.size());
+      auto* bad = reinterpret_cast<unsigned long long*>(counters_);
+      switch (v) {
+        case 16: kernels::jobs_kernel<16><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+        case 8: kernels::jobs_kernel<8><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+        case 4: kernels::jobs_kernel<4><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+        case 2: kernels::jobs_kernel<2><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+        default: kernels::jobs_kernel<1><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+      }
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaFreeAsync(d, s));
+    }
+  }
+
+  int gpu_;
+  std::string name_;
+  cudaStream_t streams_[2]{};
+  void* counters_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cuda_device(int gpu) { return std::make_unique<CudaDevice>(gpu); }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+bool cuda_built() { return true; }
+
+}  // namespace shardsync

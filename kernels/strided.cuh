@@ -1,0 +1,44 @@
+// strided.cuh: the kernel-side form of a copy or synthetic-fill job, and the batched
+// kernels over such jobs: copy (pack/unpack/replay), synth (fill trainer shards, zero
+// padding) and verify (count and locate mismatches against synthetic values).
+//
+// A job is a CopyDesc (loops of (size, src_stride, dst_stride), outermost first) split into
+// an inner run and up to kMaxOuter outer loops. When both sides of the inner run are
+// contiguous the run moves in units of up to 16 bytes (vector loads and stores), else one
+// element per unit. Jobs are cut into tiles of at most kTileUnits units; one block per tile,
+// so many small tensors of one chunk go in one launch.
+#pragma once
+
+#include <cstdint>
+
+namespace shardsync::kernels {
+
+inline constexpr int kMaxOuter = 7;
+inline constexpr int64_t kTileUnits = 8192;
+
+enum JobMode : int32_t { kCopy = 0, kSynth = 1, kZero = 2, kVerify = 3 };
+
+struct DevJob {
+  const uint8_t* src;  // kCopy only
+  uint8_t* dst;
+  int64_t src_offset;  // elements (kCopy: of src; kSynth/kVerify: the element index space)
+  int64_t dst_offset;  // elements
+  int64_t runs;        // outer iterations
+  int64_t run_units;   // units per inner run
+  int64_t inner_src_stride, inner_dst_stride;  // elements, used when unit == one element
+  int64_t size[kMaxOuter], src_stride[kMaxOuter], dst_stride[kMaxOuter];  // outer loops, elements
+  uint64_t seed;
+  int32_t outer;       // number of outer loops
+  int32_t elem_bytes;
+  int32_t unit_bytes;  // elem_bytes, or a vector width (4, 8, 16) for contiguous runs
+  int32_t mode;
+};
+
+struct Tile {
+  int32_t job;
+  int32_t pad;
+  int64_t first_unit;
+  int64_t units;
+};
+
+}  // namespace shardsync::kernels

@@ -1,0 +1,120 @@
+// The CPU twin of the device: host memory, synchronous main lane, a background thread for
+// the background lane.
+#include <cstring>
+#include <cstdlib>
+
+#include "common/error.hpp"
+#include "engine/device.hpp"
+#include "engine/internal.hpp"
+#include "engine/synthetic.hpp"
+
+namespace shardsync {
+
+void cpu_synth(const SynthJob& job) {
+  const int64_t eb = job.elem_bytes;
+  for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
+    if (job.zero) {
+      for (int64_t i = 0; i < n; ++i) std::memset(job.dst + (d + i * ds) * eb, 0, size_t(eb));
+    } else if (ss == 1 && ds == 1) {
+      synth_fill(job.dst + d * eb, job.seed, s, n, eb);
+    } else {
+      for (int64_t i = 0; i < n; ++i) synth_fill(job.dst + (d + i * ds) * eb, job.seed, s + i * ss, 1, eb);
+    }
+  });
+}
+
+VerifyResult cpu_verify(const std::vector<SynthJob>& jobs) {
+  VerifyResult r;
+  std::vector<uint8_t> want;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const SynthJob& job = jobs[j];
+    const int64_t eb = job.elem_bytes;
+    for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
+      want.resize(size_t(n * eb));
+      if (job.zero) std::memset(want.data(), 0, want.size());
+      else if (ss == 1) synth_fill(want.data(), job.seed, s, n, eb);
+      else
+        for (int64_t i = 0; i < n; ++i) synth_fill(want.data() + i * eb, job.seed, s + i * ss, 1, eb);
+      if (ds == 1 && std::memcmp(job.dst + d * eb, want.data(), want.size()) == 0) return;
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::memcmp(job.dst + (d + i * ds) * eb, want.data() + i * eb, size_t(eb)) == 0) continue;
+        if (r.mismatches == 0) {
+          r.first_job = int64_t(j);
+          r.first_index = d + i * ds;
+        }
+        ++r.mismatches;
+      }
+    });
+  }
+  return r;
+}
+
+namespace {
+
+class CpuDevice : public Device {
+ public:
+  MemKind kind() const override { return MemKind::kHost; }
+  std::string describe() const override { return "cpu"; }
+  uint8_t* alloc(int64_t bytes) override {
+    void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64));
+    if (!p) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed");
+    return static_cast<uint8_t*>(p);
+  }
+  void release(uint8_t* p) override { std::free(p); }
+
+  void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
+    run(lane, [jobs] {
+      for (const CopyJob& j : jobs) execute_copy(j.desc, j.src, j.dst, j.elem_bytes);
+    });
+  }
+  void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
+    run(lane, [jobs] {
+      for (const SynthJob& j : jobs) cpu_synth(j);
+    });
+  }
+  void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane) override {
+    run(lane, [=] { std::memcpy(dst, src, size_t(bytes)); });
+  }
+  Fence fence(Lane lane) override { return lane == Lane::kMain ? 0 : submitted_; }
+  bool done(Fence f) override { return f <= completed_.load(); }
+  void after(Lane, Fence f) override {
+    // The main lane is synchronous; waiting on the background lane blocks until it got there.
+    while (!done(f)) std::this_thread::yield();
+  }
+  void synchronize() override { bg_.drain(); }
+  VerifyResult verify(const std::vector<SynthJob>& jobs) override { return cpu_verify(jobs); }
+  void to_host(void* dst, const uint8_t* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
+  void from_host(uint8_t* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
+  void* main_stream() override { return nullptr; }
+
+ private:
+  template <class F>
+  void run(Lane lane, F&& f) {
+    if (lane == Lane::kMain) {
+      f();
+      return;
+    }
+    ++submitted_;
+    bg_.submit([this, g = std::forward<F>(f)]() mutable {
+      g();
+      ++completed_;
+    });
+  }
+  BackgroundWorker bg_;
+  int64_t submitted_ = 0;
+  std::atomic<int64_t> completed_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+#ifndef SHARDSYNC_HAVE_CUDA
+std::unique_ptr<Device> make_cuda_device(int) {
+  throw Error("this build has no CUDA support (configure with -DSHARDSYNC_CUDA=ON where nvcc is present)");
+}
+int cuda_device_count() { return 0; }
+bool cuda_built() { return false; }
+#endif
+
+}  // namespace shardsync

@@ -1,0 +1,111 @@
+// Where bytes live and how they are moved locally: host memory (the CPU twin) or a CUDA
+// GPU. Memory kind is a run-time property of a buffer, so the engines are one program.
+// Work is issued on two lanes: `kMain` (pack, unpack, gathers) and `kBackground` (V3's
+// process + copy into live weights). Fences order them and tell when work has finished.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/view.hpp"
+#include "transport/transport.hpp"
+
+namespace shardsync {
+
+// dst[desc.dst positions] = src[desc.src positions], elements of elem_bytes.
+struct CopyJob {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  CopyDesc desc;
+  int32_t elem_bytes = 2;
+};
+
+// dst[desc.dst positions] = synth_bits(seed, desc.src positions) (or 0 when zero is set):
+// fills trainer shards, and checks consumers' live weights.
+struct SynthJob {
+  uint8_t* dst = nullptr;
+  uint64_t seed = 0;
+  CopyDesc desc;
+  int32_t elem_bytes = 2;
+  bool zero = false;
+};
+
+struct VerifyResult {
+  int64_t mismatches = 0;
+  int64_t first_job = -1;    // job of the lowest mismatching job index
+  int64_t first_index = -1;  // its destination element index
+};
+
+enum class Lane : uint8_t { kMain = 0, kBackground = 1 };
+using Fence = int64_t;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual MemKind kind() const = 0;
+  virtual std::string describe() const = 0;
+  virtual uint8_t* alloc(int64_t bytes) = 0;
+  virtual void release(uint8_t* p) = 0;
+
+  // Queued on a lane, in order.
+  virtual void copy(const std::vector<CopyJob>& jobs, Lane lane = Lane::kMain) = 0;
+  virtual void synth(const std::vector<SynthJob>& jobs, Lane lane = Lane::kMain) = 0;
+  virtual void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane = Lane::kMain) = 0;
+  // Marks the current end of a lane; done() tells whether everything before it finished.
+  virtual Fence fence(Lane lane) = 0;
+  virtual bool done(Fence f) = 0;
+  // Makes `lane` wait (on the device, not the host) for a fence of another lane.
+  virtual void after(Lane lane, Fence f) = 0;
+  virtual void synchronize() = 0;  // both lanes
+
+  // Synchronous checks and host staging.
+  virtual VerifyResult verify(const std::vector<SynthJob>& jobs) = 0;
+  virtual void to_host(void* dst, const uint8_t* src, int64_t bytes) = 0;
+  virtual void from_host(uint8_t* dst, const void* src, int64_t bytes) = 0;
+  // The native stream of the main lane (cudaStream_t), for NCCL and copies; null on the CPU.
+  virtual void* main_stream() = 0;
+  virtual int gpu() const { return -1; }
+};
+
+// Owns one allocation of a Device.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device* dev, int64_t bytes) : dev_(dev), ptr_(bytes ? dev->alloc(bytes) : nullptr), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept : dev_(o.dev_), ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    reset();
+    dev_ = o.dev_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void reset() {
+    if (ptr_) dev_->release(ptr_);
+    ptr_ = nullptr;
+  }
+  uint8_t* data() const { return ptr_; }
+  int64_t size() const { return bytes_; }
+
+ private:
+  Device* dev_ = nullptr;
+  uint8_t* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+std::unique_ptr<Device> make_cpu_device();
+// A CUDA device, or an Error when this build has no CUDA or the GPU is missing.
+std::unique_ptr<Device> make_cuda_device(int gpu);
+int cuda_device_count();  // 0 when built without CUDA or no GPU is visible
+bool cuda_built();
+
+// CPU twins of the device kernels (they define the semantics the GPU kernels match).
+void cpu_synth(const SynthJob& job);
+VerifyResult cpu_verify(const std::vector<SynthJob>& jobs);
+
+}  // namespace shardsync
