@@ -113,7 +113,7 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
     int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
     run_base(j, r, &s, &d);
     for (; u < end; u += blockDim.x) {
-      do_unit<V>(j, s, d, w, bad, first, t.job);
+      do_unit<V>(j, s, d, w, bad, first, j.id);
       w += blockDim.x;
       while (w >= j.run_units && u + blockDim.x < end) {
         w -= j.run_units;
@@ -124,7 +124,7 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
     for (; u < end; u += blockDim.x) {
       int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
       run_base(j, r, &s, &d);
-      do_unit<V>(j, s, d, w, bad, first, t.job);
+      do_unit<V>(j, s, d, w, bad, first, j.id);
     }
   }
 }
@@ -162,7 +162,7 @@ DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int3
   j.runs = in.size == 0 ? 0 : desc.numel / in.size;
   // Vector width: both sides contiguous (synth: the index side is always "contiguous" when
   // its stride is 1), every run start and the base pointers aligned to it.
-  bool src_contig = in.src_stride == 1, dst_contig = in.dst_stride == 1;
+  bool src_contig = in.src_stride == 1 || mode == kernels::kZero, dst_contig = in.dst_stride == 1;
   int32_t v = eb;
   if (src_contig && dst_contig) {
     for (int32_t cand : {16, 8, 4}) {
@@ -288,8 +288,9 @@ class CudaDevice : public Device {
   cudaStream_t stream(Lane lane) const { return streams_[lane == Lane::kMain ? 0 : 1]; }
 
   // Tiles every job and launches one kernel per vector width present.
-  void launch(const std::vector<DevJob>& jobs, Lane lane) {
+  void launch(std::vector<DevJob> jobs, Lane lane) {
     if (jobs.empty()) return;
+    for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = int32_t(i);
     cudaStream_t s = stream(lane);
     for (int v : {16, 8, 4, 2, 1}) {
       std::vector<DevJob> sel;

@@ -32,6 +32,8 @@ struct DevJob {
   int32_t elem_bytes;
   int32_t unit_bytes;  // elem_bytes, or a vector width (4, 8, 16) for contiguous runs
   int32_t mode;
+  int32_t id;          // the caller's job index (verify reports it)
+  int32_t pad;
 };
 
 struct Tile {

@@ -1,0 +1,33 @@
+// shardsync info: what this build has and what this machine shows (one "key value" line
+// each, for scripts): CUDA, NCCL, UCX, transports, visible GPUs, library versions.
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "engine/collectives.hpp"
+#include "engine/device.hpp"
+#include "transport/transport.hpp"
+
+namespace shardsync {
+
+void setup_info_command(CLI::App& app) {
+  auto* info = app.add_subcommand("info", "Print build features (CUDA, NCCL, UCX), transports and visible GPUs");
+  info->callback([] {
+    std::string transports;
+    for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ",") + t.name;
+    unsigned maj = 0, min = 0, rel = 0;
+    H5get_libversion(&maj, &min, &rel);
+    int gpus = cuda_device_count();
+    std::cout << "version 0.1.0\n"
+              << "cuda " << (cuda_built() ? "yes" : "no") << "\n"
+              << "nccl " << (nccl_built() ? "yes" : "no") << "\n"
+              << "transports " << transports << "\n"
+              << "gpus " << gpus << "\n";
+    for (int g = 0; g < gpus; ++g) std::cout << "gpu" << g << " " << make_cuda_device(g)->describe() << "\n";
+    std::cout << "hdf5 " << maj << "." << min << "." << rel << "\n";
+  });
+}
+
+}  // namespace shardsync
