@@ -7,11 +7,12 @@
 # present: with one GPU every rank shares it (labelled "shared GPU"); with two or more,
 # trainers take the first half of the GPUs and inference ranks the second half.
 #
-#   OUT=/tmp/out scripts/gpu/run.sh          # writes summary.txt and JSON under $OUT
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/run.sh   # summary.txt and JSON under $OUT, logs under $LOGS
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/latest}"
-mkdir -p "$OUT"
+LOGS="${LOGS:-$OUT/logs}"
+mkdir -p "$OUT" "$LOGS"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 SUM="$OUT/summary.txt"
 : > "$SUM"
@@ -31,24 +32,24 @@ step() {  # name timeout command...
   local name="$1" limit="$2"; shift 2
   say "## $name: $*"
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   say "## $name: exit $rc after $((SECONDS - t0)) s"
   return $rc
 }
 
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$OUT/build.log"; exit 1; }
-grep -E "^-- shardsync" "$OUT/build.log" | tee -a "$SUM"
+  -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
+grep -E "^-- shardsync" "$LOGS/build.log" | tee -a "$SUM"
 step ctest 900 bash -c "cd build-gpu && ctest -j 4 --output-on-failure --timeout 600"
-grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tail -15 | tee -a "$SUM"
+grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest.log" | tail -15 | tee -a "$SUM"
 SS=build-gpu/apps/shardsync
 KB=build-gpu/apps/shardsync-kernel-bench
 step kernels 300 $KB --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 --json "$OUT/kernels.json"
-cat "$OUT/kernels.log" | tee -a "$SUM"
+cat "$LOGS/kernels.log" | tee -a "$SUM"
 step dense 900 mpirun -np 2 --bind-to none $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda --measure-link 10 \
   --syncs 3 --warmup 1 --send-buffer 1G --recv-buffer 1G --chunk 256M --bucket 1G --inflight 2 -q --json "$OUT/dense.json"
-grep -v "^ *[0-9]\+ " "$OUT/dense.log" | tail -12 | tee -a "$SUM"
+grep -v "^ *[0-9]\+ " "$LOGS/dense.log" | tail -12 | tee -a "$SUM"
 step moe 900 mpirun -np 4 --bind-to none $SS bench -m mid-qwen3-moe -t tp2,ep2,etp1 -i dp2,ep2 --memory cuda \
   --measure-link 10 --syncs 3 --warmup 1 --send-buffer 1G --recv-buffer 1G --chunk 256M --bucket 1G -q --json "$OUT/moe.json"
-grep -v "^ *[0-9]\+ " "$OUT/moe.log" | tail -12 | tee -a "$SUM"
+grep -v "^ *[0-9]\+ " "$LOGS/moe.log" | tail -12 | tee -a "$SUM"
