@@ -100,7 +100,7 @@ class CudaIpcTransport : public Transport {
   }
 
  private:
-  MpiTransport ctrl_;
+  MpiTransport ctrl_{true};
   cudaStream_t stream_ = nullptr;
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;

@@ -9,6 +9,8 @@ namespace shardsync {
 
 class MpiTransport : public Transport {
  public:
+  // control_only: no data path (another transport moves the bytes; CUDA IPC).
+  explicit MpiTransport(bool control_only = false) : control_only_(control_only) {}
   ~MpiTransport() override;
   std::string name() const override { return "mpi"; }
   std::string describe() const override;
@@ -27,12 +29,20 @@ class MpiTransport : public Transport {
     std::vector<uint8_t> bytes;
     MPI_Request req;
   };
+  void serve_reads();  // two-sided mode: answer peers' read requests from the export region
+
+  bool control_only_;
+  bool two_sided_ = false;  // MPI_Win_create unavailable: reads are served by the owner
+  uint8_t* export_ = nullptr;
+  size_t export_bytes_ = 0;
+  std::deque<MPI_Request> serving_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;
   std::deque<Pending> sends_;  // deque: element addresses stay valid while MPI holds them
   std::unordered_map<GetId, MPI_Request> gets_;
+  std::string rma_error_;
   GetId next_id_ = 1;
 };
 
