@@ -22,21 +22,62 @@ std::vector<int> to_int(const std::vector<int64_t>& v) {
   return out;
 }
 
-// MPI on host memory; with a staging device, device buffers go through host copies.
+// Pinned host buffers for staging, reused across operations.
+class StagingPool {
+ public:
+  explicit StagingPool(Device* dev) : dev_(dev) {}
+  ~StagingPool() {
+    for (auto& b : bufs_) dev_->host_release(b.ptr);
+  }
+  int acquire(int64_t bytes) {
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      if (!bufs_[i].busy && bufs_[i].size >= bytes) {
+        bufs_[i].busy = true;
+        return int(i);
+      }
+    int64_t size = 1 << 20;
+    while (size < bytes) size *= 2;
+    bufs_.push_back(Buf{dev_->host_alloc(size), size, true});
+    return int(bufs_.size()) - 1;
+  }
+  uint8_t* ptr(int i) const { return bufs_[size_t(i)].ptr; }
+  void release(int i) {
+    if (i >= 0) bufs_[size_t(i)].busy = false;
+  }
+
+ private:
+  struct Buf {
+    uint8_t* ptr;
+    int64_t size;
+    bool busy;
+  };
+  Device* dev_;
+  std::vector<Buf> bufs_;
+};
+
+// MPI on host memory; with a staging device, device buffers go through pinned host copies.
 class MpiGroup : public GroupComm {
  public:
   MpiGroup(MPI_Comm comm, Device* staging) : comm_(comm), staging_(staging) {
     MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     MPI_CHECK(MPI_Comm_size(comm, &size_));
+    if (staging_) pool_ = std::make_unique<StagingPool>(staging_);
   }
   std::string name() const override { return staging_ ? "mpi-staged" : "mpi"; }
 
   struct MpiOp : Op {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<int> counts, displs;
-    std::vector<uint8_t> send_host, recv_host;  // staging copies
+    StagingPool* pool = nullptr;
+    int send_host = -1, recv_host = -1;  // staging buffers (pool indices)
     uint8_t* recv_dev = nullptr;
     int64_t recv_bytes = 0;
+    ~MpiOp() override {
+      if (pool) {
+        pool->release(send_host);
+        pool->release(recv_host);
+      }
+    }
   };
 
   std::unique_ptr<Op> allgatherv(const uint8_t* send, int64_t bytes, uint8_t* recv, const std::vector<int64_t>& counts,
@@ -69,41 +110,45 @@ class MpiGroup : public GroupComm {
     int flag = 0;
     MPI_CHECK(MPI_Test(&op.req, &flag, MPI_STATUS_IGNORE));
     if (flag && staging_ && op.recv_dev && op.recv_bytes > 0)
-      staging_->from_host(op.recv_dev, op.recv_host.data(), op.recv_bytes);
+      staging_->from_host(op.recv_dev, pool_->ptr(op.recv_host), op.recv_bytes);
     return flag != 0;
   }
 
   void bcast(uint8_t* buf, int64_t bytes, int root) override {
-    std::vector<uint8_t> host;
     uint8_t* p = buf;
+    int h = -1;
     if (staging_) {
-      host.resize(size_t(bytes));
-      if (rank_ == root) staging_->to_host(host.data(), buf, bytes);
-      p = host.data();
+      h = pool_->acquire(bytes);
+      p = pool_->ptr(h);
+      if (rank_ == root) staging_->to_host(p, buf, bytes);
     }
     constexpr int64_t kPiece = int64_t(1) << 30;
     for (int64_t off = 0; off < bytes; off += kPiece)
       MPI_CHECK(MPI_Bcast(p + off, int(std::min(kPiece, bytes - off)), MPI_BYTE, root, comm_));
-    if (staging_ && rank_ != root) staging_->from_host(buf, host.data(), bytes);
+    if (staging_ && rank_ != root) staging_->from_host(buf, p, bytes);
+    if (pool_) pool_->release(h);
   }
 
  private:
   const uint8_t* stage_send(MpiOp& op, const uint8_t* send, int64_t bytes) {
     if (!staging_) return send;
-    op.send_host.resize(size_t(bytes));
-    if (bytes > 0) staging_->to_host(op.send_host.data(), send, bytes);
-    return op.send_host.data();
+    op.pool = pool_.get();
+    op.send_host = pool_->acquire(bytes);
+    if (bytes > 0) staging_->to_host(pool_->ptr(op.send_host), send, bytes);
+    return pool_->ptr(op.send_host);
   }
   uint8_t* stage_recv(MpiOp& op, uint8_t* recv, int64_t bytes) {
     if (!staging_) return recv;
-    op.recv_host.resize(size_t(bytes));
+    op.pool = pool_.get();
+    op.recv_host = pool_->acquire(bytes);
     op.recv_dev = recv;
     op.recv_bytes = bytes;
-    return op.recv_host.data();
+    return pool_->ptr(op.recv_host);
   }
 
   MPI_Comm comm_;
   Device* staging_;
+  std::unique_ptr<StagingPool> pool_;
 };
 
 }  // namespace

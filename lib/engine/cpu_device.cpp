@@ -86,6 +86,8 @@ class CpuDevice : public Device {
   void to_host(void* dst, const uint8_t* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void from_host(uint8_t* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void* main_stream() override { return nullptr; }
+  uint8_t* host_alloc(int64_t bytes) override { return alloc(bytes); }
+  void host_release(uint8_t* p) override { release(p); }
 
  private:
   template <class F>

@@ -41,7 +41,8 @@ step() {  # name timeout command...
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
 grep -E "^-- shardsync" "$LOGS/build.log" | tee -a "$SUM"
-step ctest 900 bash -c "cd build-gpu && ctest -j 4 --output-on-failure --timeout 600"
+# CTEST_REGEX limits the tests (e.g. "Kernels|gpu\." when the CPU tests ran already).
+step ctest 900 bash -c "cd build-gpu && ctest -j 4 --output-on-failure --timeout 600 ${CTEST_REGEX:+-R \"$CTEST_REGEX\"}"
 grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest.log" | tail -15 | tee -a "$SUM"
 SS=build-gpu/apps/shardsync
 KB=build-gpu/apps/shardsync-kernel-bench
