@@ -101,38 +101,6 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
   *reinterpret_cast<T*>(dp) = u.v;
 }
 
-// Copies: four units in flight per thread (all loads, then all stores), so each thread keeps
-// several memory requests outstanding; 32-bit index math when the job is small enough.
-template <int V, typename I>
-__device__ __forceinline__ void copy_units(const DevJob& j, int64_t first_unit, int64_t end) {
-  using T = typename Vec<V>::T;
-  constexpr int kIlp = 4;
-  const int eb = j.elem_bytes;
-  const int64_t per = V / eb;
-  const bool contiguous = V != eb || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
-  const I run_units = I(j.run_units);
-  for (int64_t base = first_unit + threadIdx.x; base < end; base += int64_t(kIlp) * blockDim.x) {
-    T v[kIlp];
-    uint8_t* dst[kIlp];
-#pragma unroll
-    for (int k = 0; k < kIlp; ++k) {
-      int64_t u = base + int64_t(k) * blockDim.x;
-      dst[k] = nullptr;
-      if (u >= end) continue;
-      I r = I(u) / run_units, w = I(u) - r * run_units;
-      int64_t s, d;
-      run_base(j, int64_t(r), &s, &d);
-      int64_t se = contiguous ? s + int64_t(w) * per : s + int64_t(w) * j.inner_src_stride;
-      int64_t de = contiguous ? d + int64_t(w) * per : d + int64_t(w) * j.inner_dst_stride;
-      v[k] = *reinterpret_cast<const T*>(j.src + se * eb);
-      dst[k] = j.dst + de * eb;
-    }
-#pragma unroll
-    for (int k = 0; k < kIlp; ++k)
-      if (dst[k]) *reinterpret_cast<T*>(dst[k]) = v[k];
-  }
-}
-
 template <int V>
 __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long long* bad, unsigned long long* first) {
   const Tile t = tiles[blockIdx.x];
@@ -140,11 +108,6 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
   const int64_t end = t.first_unit + t.units;
   int64_t u = t.first_unit + threadIdx.x;
   if (u >= end) return;
-  if (j.mode == kCopy) {
-    if (j.runs * j.run_units < (int64_t(1) << 31)) copy_units<V, uint32_t>(j, t.first_unit, end);
-    else copy_units<V, int64_t>(j, t.first_unit, end);
-    return;
-  }
   if (j.run_units >= blockDim.x) {
     // Long runs: locate the run once, then walk it; re-locate only when crossing a run.
     int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
