@@ -108,6 +108,23 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
   const int64_t end = t.first_unit + t.units;
   int64_t u = t.first_unit + threadIdx.x;
   if (u >= end) return;
+  if (j.mode == kCopy && j.runs == 1 && j.unit_bytes == V && (V != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1))) {
+    // One contiguous run (whole rows of a column-parallel slice, whole tensors): a plain
+    // vector copy, four units in flight per thread.
+    using T = typename Vec<V>::T;
+    const T* src = reinterpret_cast<const T*>(j.src + j.src_offset * j.elem_bytes);
+    T* dst = reinterpret_cast<T*>(j.dst + j.dst_offset * j.elem_bytes);
+    const int64_t step = blockDim.x;
+    for (; u + 3 * step < end; u += 4 * step) {
+      T a = src[u], b = src[u + step], c = src[u + 2 * step], e = src[u + 3 * step];
+      dst[u] = a;
+      dst[u + step] = b;
+      dst[u + 2 * step] = c;
+      dst[u + 3 * step] = e;
+    }
+    for (; u < end; u += step) dst[u] = src[u];
+    return;
+  }
   if (j.run_units >= blockDim.x) {
     // Long runs: locate the run once, then walk it; re-locate only when crossing a run.
     int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
