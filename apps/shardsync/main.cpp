@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   shardsync::setup_plan_command(app);
   shardsync::setup_sync_commands(app, argc, argv);
   shardsync::setup_info_command(app);
+  shardsync::setup_simulate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

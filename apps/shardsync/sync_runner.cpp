@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <thread>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -212,6 +214,15 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
   // ---- the run: any error from here on aborts every rank ------------------------------------------
   try {
     World w = World::create(MPI_COMM_WORLD, *s.trainer, *s.inference);
+    {
+      // Idle polling sleeps only where ranks outnumber the node's cores.
+      MPI_Comm node;
+      MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+      int local = 1;
+      MPI_CHECK(MPI_Comm_size(node, &local));
+      MPI_CHECK(MPI_Comm_free(&node));
+      set_idle_sleep_allowed(unsigned(local) > std::max(1u, std::thread::hardware_concurrency()));
+    }
     if (engine_opts.memory == MemKind::kCuda) engine_opts.gpu = assign_gpu(w);
     Engines engines(w, *s.model, *s.trainer, *s.inference, plans, engine_opts);
     double reg_s = engines.bootstrap();

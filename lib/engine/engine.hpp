@@ -17,6 +17,10 @@
 
 namespace shardsync {
 
+// Whether idle polling may sleep (set when a node runs more ranks than it has cores).
+void set_idle_sleep_allowed(bool allowed);
+bool idle_sleep_allowed();
+
 enum class EngineKind : uint8_t { kBroadcast = 0, kV1 = 1, kV2 = 2, kV3 = 3 };
 const char* engine_name(EngineKind k);
 bool parse_engine(const std::string& s, EngineKind* out);

@@ -6,6 +6,12 @@
 
 namespace shardsync {
 
+namespace {
+std::atomic<bool> g_idle_sleep{true};
+}
+void set_idle_sleep_allowed(bool allowed) { g_idle_sleep = allowed; }
+bool idle_sleep_allowed() { return g_idle_sleep; }
+
 const char* engine_name(EngineKind k) {
   switch (k) {
     case EngineKind::kBroadcast: return "broadcast";

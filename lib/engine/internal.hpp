@@ -34,12 +34,13 @@ inline double now_s() {
 
 // Polling loops back off when idle for long: yield first, then sleep a few microseconds,
 // so ranks sharing cores (local runs) leave them to the ranks that have work. Any progress
-// resets it. This paces idle polling only; no step of the pipeline waits on a timer.
+// resets it. This paces idle polling only; no step of the pipeline waits on a timer. With a
+// core per rank (idle_sleep_allowed() false) it only yields.
 class IdleBackoff {
  public:
   void progress() { idle_ = 0; }
   void pause() {
-    if (++idle_ < 64) {
+    if (++idle_ < 64 || !idle_sleep_allowed()) {
       std::this_thread::yield();
       return;
     }

@@ -1,0 +1,294 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/error.hpp"
+
+namespace shardsync {
+
+namespace {
+
+bool is_expert(TensorKind k) {
+  return k == TensorKind::kExpertGate || k == TensorKind::kExpertUp || k == TensorKind::kExpertDown ||
+         k == TensorKind::kFusedExpertsGateUp || k == TensorKind::kFusedExpertsDown;
+}
+
+}  // namespace
+
+Simulator::Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
+                     const std::vector<RankPlan>& plans, const ClusterSpec& cluster)
+    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster) {}
+
+int Simulator::trainer_nodes() const {
+  return (trainer_.world_size() + cluster_.gpus_per_node - 1) / cluster_.gpus_per_node;
+}
+
+int Simulator::inference_nodes() const {
+  int first = node_of(inference_gpu(0)), last = node_of(inference_gpu(inference_.world_size() - 1));
+  return last - first + 1;
+}
+
+int Simulator::inference_gpu(int rank) const {
+  return (cluster_.separate_nodes ? trainer_nodes() * cluster_.gpus_per_node : trainer_.world_size()) + rank;
+}
+
+std::vector<std::vector<Simulator::Flow>> Simulator::flows(SourcePolicy policy) const {
+  std::vector<std::vector<Flow>> out(model_.params().size());
+  Routes routes = route_plans(model_, trainer_, plans_, inference_.layout().replicas, policy);
+  const int per = inference_.layout().ranks_per_replica();
+  for (const RankPlan& p : plans_)
+    for (const Pull& pull : routes.pulls[size_t(p.local_rank)]) {
+      const PlanEntry& e = p.entries[size_t(pull.entry)];
+      int64_t bytes = pull.copy.numel * dtype_bytes(model_.param(e.hf_param).dtype);
+      for (int rep = 0; rep < inference_.layout().replicas; ++rep)
+        out[size_t(e.hf_param)].push_back(Flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes});
+    }
+  return out;
+}
+
+// The busiest endpoint bounds a phase: every flow loads its source's and destination's NIC
+// (between nodes) or NVLink port (within a node).
+double Simulator::phase_time(const std::vector<Flow>& flows, int64_t* nvlink, int64_t* ib) const {
+  std::map<int, double> out_nic, in_nic, out_nvl, in_nvl;
+  bool any_ib = false, any_nvl = false;
+  for (const Flow& f : flows) {
+    if (f.bytes == 0 || f.src == f.dst) continue;
+    if (node_of(f.src) == node_of(f.dst)) {
+      out_nvl[f.src] += double(f.bytes);
+      in_nvl[f.dst] += double(f.bytes);
+      *nvlink += f.bytes;
+      any_nvl = true;
+    } else {
+      out_nic[f.src] += double(f.bytes);
+      in_nic[f.dst] += double(f.bytes);
+      *ib += f.bytes;
+      any_ib = true;
+    }
+  }
+  double t = 0;
+  for (auto* m : {&out_nic, &in_nic})
+    for (auto& [g, b] : *m) t = std::max(t, b / (cluster_.nic_gbps * 1e9));
+  for (auto* m : {&out_nvl, &in_nvl})
+    for (auto& [g, b] : *m) t = std::max(t, b / (cluster_.nvlink_gbps * 1e9));
+  if (any_ib) t += cluster_.nic_latency_us * 1e-6;
+  else if (any_nvl) t += cluster_.nvlink_latency_us * 1e-6;
+  return t;
+}
+
+// All-gather of `bytes` in total over `gpus` (NCCL-style, channels over every NIC): every
+// GPU receives (n-1)/n of the tensor, within a node over NVLink; every node receives the
+// other nodes' (k-1)/k through its group members' NICs. The slower of the two sets the pace.
+double Simulator::allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const {
+  size_t n = gpus.size();
+  if (n <= 1 || bytes == 0) return 0;
+  std::map<int, int> per_node;
+  for (int g : gpus) per_node[node_of(g)]++;
+  const double k = double(per_node.size());
+  const double b = double(bytes);
+  double intra = b * double(n - 1) / double(n) / (cluster_.nvlink_gbps * 1e9);
+  double t = intra, latency = cluster_.nvlink_latency_us;
+  if (per_node.size() > 1) {
+    int g = per_node.begin()->second;
+    for (auto& [node, c] : per_node) g = std::min(g, c);
+    double inter = b * (k - 1) / k / (double(g) * cluster_.nic_gbps * 1e9);
+    t = std::max(intra, inter);
+    latency = cluster_.nic_latency_us;
+    *ib += int64_t(b * (k - 1));
+    *nvlink += int64_t(b * double(n - 1) - b * (k - 1));
+  } else {
+    *nvlink += int64_t(b * double(n - 1));
+  }
+  return t + double(n - 1) * latency * 1e-6 + cluster_.collective_launch_us * 1e-6;
+}
+
+double Simulator::gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink,
+                                   int64_t* ib) const {
+  std::vector<Flow> f;
+  for (auto [gpu, bytes] : pieces)
+    if (gpu != root) f.push_back(Flow{gpu, root, bytes});
+  if (f.empty()) return 0;
+  return phase_time(f, nvlink, ib) + cluster_.collective_launch_us * 1e-6;
+}
+
+void Simulator::speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const {
+  // Absolute: the busiest replica's incoming bytes over its GPUs' links at line rate (NIC
+  // for bytes from other nodes, NVLink within a node). With PP serialized: each trainer PP
+  // stage in turn sends its bytes through its own GPUs' links.
+  const int per = inference_.layout().ranks_per_replica();
+  std::map<int, std::pair<double, double>> replica_in;  // replica -> (ib, nvlink) bytes
+  std::map<int, std::pair<double, double>> stage_out;
+  for (size_t t = 0; t < f.size(); ++t) {
+    int stage = trainer_.stage_of_param(model_.param(int32_t(t)));
+    for (const Flow& x : f[t]) {
+      int replica = (x.dst - inference_gpu(0)) / per;
+      bool ib = node_of(x.src) != node_of(x.dst);
+      (ib ? replica_in[replica].first : replica_in[replica].second) += double(x.bytes);
+      (ib ? stage_out[stage].first : stage_out[stage].second) += double(x.bytes);
+    }
+  }
+  const double nic = cluster_.nic_raw_gbps * 1e9, nvl = cluster_.nvlink_gbps * 1e9;
+  auto time = [&](const std::pair<double, double>& b, int gpus) { return std::max(b.first / (gpus * nic), b.second / (gpus * nvl)); };
+  for (auto& [rep, b] : replica_in) r.sol_abs_s = std::max(r.sol_abs_s, time(b, per));
+  int stage_gpus = trainer_.tp() * trainer_.dp();
+  for (auto& [s, b] : stage_out) r.sol_pp_serial_s += time(b, stage_gpus);
+  r.sol_pp_serial_s = std::max(r.sol_pp_serial_s, r.sol_abs_s);
+}
+
+SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
+  SimResult r;
+  r.engine = engine_name(engine);
+  const ClusterSpec& c = cluster_;
+  const SourcePolicy policy = source_policy(engine);
+  std::vector<std::vector<Flow>> f = flows(policy == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : policy);
+  const int64_t num_tensors = int64_t(model_.params().size());
+  r.tensors = num_tensors;
+  for (const auto& x : f) r.pulls += int64_t(x.size());
+  std::vector<int> all_trainers;
+  for (int i = 0; i < trainer_.world_size(); ++i) all_trainers.push_back(trainer_gpu(i));
+  int64_t shard_peak = 0;
+  {
+    auto h = trainer_.holdings();
+    shard_peak = *std::max_element(h.bytes.begin(), h.bytes.end());
+  }
+  int64_t live_peak = 0;
+  for (const RankPlan& p : plans_) {
+    int64_t b = 0;
+    for (const auto& ep : p.params) b += ep.bytes();
+    live_peak = std::max(live_peak, b);
+  }
+  int64_t largest_tensor = 0;
+  for (const auto& p : model_.params()) largest_tensor = std::max(largest_tensor, p.bytes());
+
+  // The TP (or ETP) gather of a tensor under V2/V3: within one group of the owning stage.
+  auto tp_gather = [&](int32_t t) {
+    const ParamMeta& p = model_.param(t);
+    auto pieces = trainer_.pieces(t);
+    if (pieces.size() <= 1) return 0.0;  // replicated, or a whole expert on its EP rank
+    if (is_expert(p.kind) && trainer_.etp() == 1 && p.kind != TensorKind::kFusedExpertsGateUp &&
+        p.kind != TensorKind::kFusedExpertsDown)
+      return 0.0;
+    std::vector<int> gpus;
+    int64_t bytes = 0;
+    std::set<int> seen;
+    for (const auto& piece : pieces) {
+      gpus.push_back(trainer_gpu(piece.ranks.front()));
+      bytes += piece.box.numel() * dtype_bytes(p.dtype);
+    }
+    if (is_expert(p.kind)) bytes /= std::max(1, trainer_.ep());  // each EP owner gathers its own experts
+    return allgather_time(gpus, bytes, &r.bytes_nvlink, &r.bytes_ib);
+  };
+
+  if (engine == EngineKind::kBroadcast) {
+    // Per tensor: gather to rank 0 and the per-tensor export/loader cost; per bucket: a
+    // broadcast paced by the root's link (NCCL's pipelined broadcast is root-link bound).
+    int64_t bucket = 0;
+    int receivers_off_node = 0;
+    for (int i = 0; i < inference_.world_size(); ++i) receivers_off_node += node_of(inference_gpu(i)) != node_of(0);
+    double bw = (receivers_off_node > 0 ? c.nic_gbps : c.nvlink_gbps) * 1e9;
+    auto flush = [&] {
+      if (bucket == 0) return;
+      r.transfer_s += double(bucket) / bw + c.collective_launch_us * 1e-6;
+      bucket = 0;
+    };
+    for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
+      const ParamMeta& p = model_.param(t);
+      std::vector<std::pair<int, int64_t>> pieces;
+      for (const auto& piece : trainer_.pieces(t))
+        pieces.emplace_back(trainer_gpu(piece.ranks.front()), piece.box.numel() * dtype_bytes(p.dtype));
+      r.gather_s += gather_root_time(0, pieces, &r.bytes_nvlink, &r.bytes_ib);
+      r.overhead_s += c.broadcast_tensor_us * 1e-6;
+      if (bucket > 0 && bucket + p.bytes() > bucket_bytes) flush();
+      bucket += p.bytes();
+    }
+    flush();
+    int64_t per_rank = model_.total_bytes();
+    r.bytes_moved = per_rank * inference_.world_size();
+    (receivers_off_node > 0 ? r.bytes_ib : r.bytes_nvlink) += r.bytes_moved;
+    // The root packs each bucket, and every inference rank replays its plan on the full
+    // tensors: device copies (read + write) of the model and of the rank's share.
+    int64_t share = 0;
+    for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
+    r.process_s = 2.0 * double(model_.total_bytes() + share) / (c.hbm_gbps * 1e9);
+    r.total_s = r.gather_s + r.overhead_s + r.transfer_s + r.process_s;
+    r.trainer_peak_bytes = shard_peak + std::min(bucket_bytes, model_.total_bytes()) + largest_tensor;
+    r.inference_peak_bytes = live_peak + std::min(bucket_bytes, model_.total_bytes());
+  } else if (engine == EngineKind::kV1 || engine == EngineKind::kV2) {
+    // The per-parameter iterator: one tensor after another. V1 all-gathers every tensor
+    // over every trainer rank and pulls it before the next; V2 gathers within the TP group
+    // of the owning stage only (experts not at all), and its pulls overlap the iterator.
+    std::vector<Flow> all;
+    for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
+      r.overhead_s += c.iterator_tensor_us * 1e-6;
+      if (engine == EngineKind::kV1) {
+        r.gather_s += allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib);
+        r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
+      } else {
+        r.gather_s += tp_gather(t);
+        all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
+      }
+    }
+    if (engine == EngineKind::kV1) {
+      r.total_s = r.overhead_s + r.gather_s + r.transfer_s;
+    } else {
+      r.transfer_s = phase_time(all, &r.bytes_nvlink, &r.bytes_ib);
+      r.total_s = std::max(r.overhead_s + r.gather_s, r.transfer_s);
+    }
+    r.trainer_peak_bytes = shard_peak + largest_tensor;
+    r.inference_peak_bytes = live_peak + largest_tensor;
+  } else {
+    // V3: weight groups; per trainer PP stage (one after another when pp_serial), group N+1
+    // is gathered while group N is pulled, and the per-tensor replay of a group overlaps
+    // its transfer; each group then pays the release barrier.
+    const auto& groups = model_.groups();
+    r.groups = int64_t(groups.size());
+    std::map<int, std::vector<int32_t>> by_stage;
+    for (int32_t g = 0; g < int32_t(groups.size()); ++g) {
+      if (groups[size_t(g)].num_params == 0) continue;
+      by_stage[trainer_.stage_of_param(model_.param(groups[size_t(g)].first_param))].push_back(g);
+    }
+    double total = 0;
+    int64_t largest_group = 0;
+    for (auto& [stage, gs] : by_stage) {
+      double stage_t = 0, prev_gather = 0;
+      bool first = true;
+      for (int32_t g : gs) {
+        const WeightGroup& wg = groups[size_t(g)];
+        largest_group = std::max(largest_group, wg.bytes);
+        double gather = 0;
+        std::vector<Flow> flows_g;
+        for (int32_t t = wg.first_param; t < wg.first_param + wg.num_params; ++t) {
+          gather += tp_gather(t);
+          flows_g.insert(flows_g.end(), f[size_t(t)].begin(), f[size_t(t)].end());
+        }
+        double pull = phase_time(flows_g, &r.bytes_nvlink, &r.bytes_ib);
+        double replay = double(wg.num_params) * c.v3_tensor_us * 1e-6;
+        r.gather_s += gather;
+        r.transfer_s += pull;
+        r.overhead_s += replay + c.v3_group_us * 1e-6;
+        if (first) stage_t += gather;  // nothing to overlap the first gather with
+        else prev_gather = std::max(prev_gather, gather);
+        stage_t += std::max({pull, replay, first ? 0.0 : gather}) + c.v3_group_us * 1e-6;
+        first = false;
+      }
+      // The last group's process + copy into live weights (HBM speed) is not overlapped.
+      int64_t last = groups[size_t(gs.back())].bytes / std::max(1, inference_.layout().ranks_per_replica());
+      double process = 2.0 * double(last) / (c.hbm_gbps * 1e9);
+      r.process_s += process;
+      stage_t += process;
+      total = c.pp_serial ? total + stage_t : std::max(total, stage_t);
+    }
+    r.total_s = total;
+    r.trainer_peak_bytes = shard_peak + 2 * largest_group / std::max(1, trainer_.tp() * trainer_.dp());
+    r.inference_peak_bytes = live_peak + 2 * largest_group / std::max(1, inference_.layout().ranks_per_replica());
+  }
+  if (engine != EngineKind::kBroadcast)
+    for (const auto& x : f)
+      for (const Flow& y : x) r.bytes_moved += y.bytes;
+  r.aggregate_gbps = r.total_s > 0 ? double(r.bytes_moved) / r.total_s / 1e9 : 0;
+  speed_of_light(r, f);
+  return r;
+}
+
+}  // namespace shardsync

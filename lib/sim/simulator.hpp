@@ -1,0 +1,63 @@
+// The cluster-scale schedule simulator: predicts each engine's sync time from the same plans
+// and routes the real engine uses (so its byte counts are the engine's byte counts), with
+// gathers as collectives over the right groups, transfers sharing per-GPU NIC and NVLink
+// bandwidth (the busiest endpoint bounds a phase), per-tensor and per-group costs, V3's
+// pipelining and its serialization over trainer PP groups. docs/simulator.md explains the
+// model and where it is off.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "sim/cluster.hpp"
+
+namespace shardsync {
+
+struct SimResult {
+  std::string engine;
+  double total_s = 0;
+  double gather_s = 0, transfer_s = 0, overhead_s = 0, process_s = 0;  // parts (overlapping in V3)
+  int64_t bytes_moved = 0;     // bytes received by inference ranks
+  int64_t bytes_nvlink = 0, bytes_ib = 0;  // by link class, gathers and transfers
+  double aggregate_gbps = 0;
+  int64_t trainer_peak_bytes = 0, inference_peak_bytes = 0;
+  double sol_abs_s = 0;        // busiest replica's bytes over its GPUs' line rate
+  double sol_pp_serial_s = 0;  // the same with trainer PP groups sending one after another
+  int64_t tensors = 0, groups = 0, pulls = 0;
+};
+
+// GPUs: trainer rank r on node r / gpus_per_node; inference ranks on the nodes after the
+// trainer's, in rank order (trainer and inference on separate nodes, as the seed's runs).
+class Simulator {
+ public:
+  Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
+            const std::vector<RankPlan>& plans, const ClusterSpec& cluster);
+  SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const;
+  int trainer_nodes() const;
+  int inference_nodes() const;
+
+ private:
+  struct Flow {
+    int src, dst;  // GPU ids
+    int64_t bytes;
+  };
+  int node_of(int gpu) const { return gpu / cluster_.gpus_per_node; }
+  int trainer_gpu(int rank) const { return rank; }
+  int inference_gpu(int rank) const;
+  // Per HF tensor: the pulls of every inference rank under a source policy.
+  std::vector<std::vector<Flow>> flows(SourcePolicy policy) const;
+  double phase_time(const std::vector<Flow>& flows, int64_t* nvlink, int64_t* ib) const;
+  double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
+  double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
+  void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
+
+  const ModelSpec& model_;
+  const TrainerPlacement& trainer_;
+  const InferencePlacement& inference_;
+  const std::vector<RankPlan>& plans_;
+  ClusterSpec cluster_;
+};
+
+}  // namespace shardsync

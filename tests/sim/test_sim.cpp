@@ -1,0 +1,108 @@
+// The simulator: its byte counts are the engine's, contention is modelled, PP
+// serialization matters, and the calibrated cluster reproduces the published table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "common/error.hpp"
+#include "layout/parse.hpp"
+#include "sim/simulator.hpp"
+
+namespace shardsync {
+namespace {
+
+struct SimCase {
+  ModelSpec model;
+  TrainerPlacement trainer;
+  InferencePlacement inference;
+  std::vector<RankPlan> plans;
+  SimCase(const LayoutFile& f)
+      : model(load_model(f.model)), trainer(model, f.trainer), inference(model, f.inference),
+        plans(record_plans(model, inference)) {}
+  SimCase(const char* m, const char* t, const char* i, int replicas)
+      : model(load_model(m)), trainer(model, parse_trainer_spec(t)), inference(model, [&] {
+          InferenceLayout l = parse_inference_spec(i);
+          l.replicas = replicas;
+          return l;
+        }()), plans(record_plans(model, inference)) {}
+};
+
+TEST(Sim, ReproducesThePublishedTimesWithin25Percent) {
+  ClusterSpec c = load_cluster("h100-ib400");
+  struct Case {
+    const char* layout;
+    EngineKind engine;
+    double published;
+  };
+  const Case cases[] = {{"qwen3-235b-published", EngineKind::kBroadcast, 64.72},
+                        {"qwen3-235b-published", EngineKind::kV1, 25.02},
+                        {"qwen3-235b-published", EngineKind::kV2, 5.61},
+                        {"qwen3-235b-published", EngineKind::kV3, 3.49},
+                        {"kimi-k2-published", EngineKind::kV3, 7.53}};
+  std::map<std::string, std::unique_ptr<SimCase>> setups;
+  for (const Case& x : cases) {
+    auto& s = setups[x.layout];
+    if (!s) s = std::make_unique<SimCase>(load_layout(x.layout));
+    SimResult r = Simulator(s->model, s->trainer, s->inference, s->plans, c).run(x.engine);
+    double err = (r.total_s - x.published) / x.published;
+    EXPECT_LT(std::abs(err), 0.25) << x.layout << " " << engine_name(x.engine) << ": " << r.total_s << " s";
+  }
+  // Kimi K2: about 2 TB into each of 4 replicas; SoL ~1.25 s absolute, ~5 s with PP serialized.
+  auto& k = setups["kimi-k2-published"];
+  SimResult r = Simulator(k->model, k->trainer, k->inference, k->plans, c).run(EngineKind::kV3);
+  EXPECT_NEAR(double(r.bytes_moved) / 1e12, 7.9, 0.9);
+  EXPECT_NEAR(r.sol_abs_s, 1.25, 0.25);
+  EXPECT_NEAR(r.sol_pp_serial_s, 5.0, 1.0);
+}
+
+TEST(Sim, BytesAreTheEnginesBytes) {
+  SimCase s("tiny-qwen3-moe", "tp2,pp2,ep2,etp1", "dp2,ep2", 3);
+  ClusterSpec c = load_cluster("h100-ib400");
+  Simulator sim(s.model, s.trainer, s.inference, s.plans, c);
+  int64_t needed = 0;
+  for (int r = 0; r < s.inference.world_size(); ++r) needed += s.inference.needed_bytes(r);
+  for (EngineKind e : {EngineKind::kV1, EngineKind::kV2, EngineKind::kV3}) EXPECT_EQ(sim.run(e).bytes_moved, needed);
+  EXPECT_EQ(sim.run(EngineKind::kBroadcast).bytes_moved, s.model.total_bytes() * s.inference.world_size());
+}
+
+TEST(Sim, SharedLinksSlowTransfersDown) {
+  // One trainer GPU serves every replica: twice the replicas, about twice the transfer time.
+  ClusterSpec c = load_cluster("h100-ib400");
+  c.v3_tensor_us = 0;
+  c.v3_group_us = 0;
+  SimCase one("qwen3-8b", "tp1", "tp1", 1), two("qwen3-8b", "tp1", "tp1", 2);
+  double t1 = Simulator(one.model, one.trainer, one.inference, one.plans, c).run(EngineKind::kV3).transfer_s;
+  double t2 = Simulator(two.model, two.trainer, two.inference, two.plans, c).run(EngineKind::kV3).transfer_s;
+  EXPECT_NEAR(t2 / t1, 2.0, 0.05);
+  // Within a node the same bytes move over NVLink, ten times faster here.
+  ClusterSpec packed = c;
+  packed.separate_nodes = false;
+  double tn = Simulator(one.model, one.trainer, one.inference, one.plans, packed).run(EngineKind::kV3).transfer_s;
+  EXPECT_NEAR(t1 / tn, c.nvlink_gbps / c.nic_gbps, 0.5);
+}
+
+TEST(Sim, PipelineStagesSerializedOrNot) {
+  SimCase s("qwen3-8b", "tp2,pp2", "tp2", 2);
+  ClusterSpec c = load_cluster("h100-ib400");
+  double serial = Simulator(s.model, s.trainer, s.inference, s.plans, c).run(EngineKind::kV3).total_s;
+  c.pp_serial = false;
+  double parallel = Simulator(s.model, s.trainer, s.inference, s.plans, c).run(EngineKind::kV3).total_s;
+  EXPECT_LT(parallel, 0.7 * serial);
+}
+
+TEST(Sim, BadClusterFilesAreRefused) {
+  EXPECT_THROW(parse_cluster_json("{\"nic_gbps\": 45}", "c.json", "c"), InputError);  // gpus_per_node missing
+  EXPECT_THROW(parse_cluster_json("{\"gpus_per_node\": 8, \"nic_gbps\": -1}", "c.json", "c"), InputError);
+  EXPECT_THROW(parse_cluster_json("{\"gpus_per_node\": 8, \"costs\": {\"v3_group_us\": \"x\"}}", "c.json", "c"), InputError);
+  EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
+  try {
+    parse_cluster_json("{\"gpus_per_node\": 8, \"nvlink_gbps\": 0}", "c.json", "c");
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.json: field 'nvlink_gbps'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardsync
