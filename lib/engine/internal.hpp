@@ -40,15 +40,14 @@ class IdleBackoff {
  public:
   void progress() { idle_ = 0; }
   void pause() {
-    if (++idle_ < 64) {
+    // A core per rank: only yield (a sleep costs ~50 us of timer slack, against ~100 us per
+    // tensor round trip: measured, v1 0.077 s without sleeps and 0.163 s with them on dense
+    // Qwen3-8B). Oversubscribed: sleep up to 200 us, so the ranks with work get the cores.
+    if (++idle_ < 64 || !idle_sleep_allowed()) {
       std::this_thread::yield();
       return;
     }
-    // Oversubscribed: up to 200 us, so the ranks with work get the cores. A core per rank:
-    // up to 10 us, short against a per-tensor round trip (~100 us) yet enough to keep a
-    // spinning rank from crowding the CUDA driver that its peers' copies go through.
-    int64_t cap = idle_sleep_allowed() ? 200 : 10;
-    int64_t us = std::min<int64_t>(cap, int64_t(idle_ - 63) * 2);
+    int64_t us = std::min<int64_t>(200, int64_t(idle_ - 63) * 4);
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
 
