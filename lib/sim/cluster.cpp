@@ -57,6 +57,7 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
   }
   c.pp_serial = f.get_bool_or("pp_serial", true);
   c.separate_nodes = f.get_bool_or("separate_nodes", true);
+  c.v2_overlap = f.get_bool_or("v2_overlap", true);
   if (f.has("sources")) {
     const auto& s = doc["sources"];
     if (!s.is_object()) f.fail("sources", "expected an object of field -> source");

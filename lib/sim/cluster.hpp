@@ -21,6 +21,7 @@ struct ClusterSpec {
   double v3_tensor_us = 90;           // V3: per HF tensor replayed and packed inside a group (overlaps transfers)
   double v3_group_us = 1000;          // V3: per weight group (release barrier, buffer hand-off)
   bool pp_serial = true;              // V3 transfers serialized over trainer PP groups (the seed's limit)
+  bool v2_overlap = true;             // V2's pulls overlap its iterator (published system); false: one tensor at a time (shardsync's V2)
   bool separate_nodes = true;         // inference ranks start on a fresh node (else right after the trainers' GPUs)
   std::map<std::string, std::string> sources;  // field -> where the number comes from
 };

@@ -224,12 +224,15 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
       if (engine == EngineKind::kV1) {
         r.gather_s += allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib);
         r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
+      } else if (!c.v2_overlap) {
+        r.gather_s += tp_gather(t);
+        r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
       } else {
         r.gather_s += tp_gather(t);
         all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
       }
     }
-    if (engine == EngineKind::kV1) {
+    if (engine == EngineKind::kV1 || !c.v2_overlap) {
       r.total_s = r.overhead_s + r.gather_s + r.transfer_s;
     } else {
       r.transfer_s = phase_time(all, &r.bytes_nvlink, &r.bytes_ib);
