@@ -167,16 +167,17 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
   double plan_s = 0;
   SyncOptions engine_opts = o.engine;
   std::string transport_name = o.transport;
-  // auto: CUDA IPC when every rank is on one node, UCX (which must report CUDA memory
-  // support) across nodes; host memory uses the first transport built.
+  // auto: CUDA IPC when every rank is on one node; else, per peer pair, CUDA IPC within a
+  // node and UCX (which must report CUDA memory support) across nodes; host memory uses the
+  // first transport built.
   char host[64] = {};
-  gethostname(host, sizeof host - 1);
+  std::snprintf(host, sizeof host, "%s", host_name(rank).c_str());
   std::vector<char> hosts(size_t(size) * sizeof host);
   MPI_Allgather(host, sizeof host, MPI_CHAR, hosts.data(), sizeof host, MPI_CHAR, MPI_COMM_WORLD);
   bool one_node = true;
   for (int r = 1; r < size; ++r) one_node = one_node && std::strncmp(hosts.data(), hosts.data() + r * sizeof host, sizeof host) == 0;
   if (transport_name == "auto")
-    transport_name = o.memory == "cuda" ? (one_node ? "cuda_ipc" : "ucx") : default_transport_name();
+    transport_name = o.memory == "cuda" ? (one_node ? "cuda_ipc" : "cuda_ipc+ucx") : default_transport_name();
   engine_opts.transport = transport_name;
   engine_opts.memory = o.memory == "cuda" ? MemKind::kCuda : MemKind::kHost;
   try {

@@ -21,6 +21,7 @@ class CudaIpcTransport : public Transport {
     return "cuda_ipc (IPC handles of the trainers' send buffers, cudaMemcpyAsync on a copy stream; control over MPI)";
   }
   bool supports(MemKind kind) const override { return kind == MemKind::kCuda; }
+  void set_peers(const std::vector<bool>& peers) override { peers_ = peers; }
 
   void bootstrap(MPI_Comm world, const Registration& reg) override {
     if (reg.kind != MemKind::kCuda) throw Error("cuda_ipc transport: buffers must be GPU memory");
@@ -51,6 +52,7 @@ class CudaIpcTransport : public Transport {
     if (!reg.landing_base) return;  // only consumers read
     for (int p = 0; p < size; ++p) {
       if (!all[size_t(p)].has) continue;
+      if (!peers_.empty() && !peers_[size_t(p)]) continue;  // another transport reads from it
       if (p == rank) {
         remote_[size_t(p)] = static_cast<uint8_t*>(reg.export_base);
       } else {
@@ -101,6 +103,7 @@ class CudaIpcTransport : public Transport {
 
  private:
   MpiTransport ctrl_{true};
+  std::vector<bool> peers_;
   cudaStream_t stream_ = nullptr;
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;

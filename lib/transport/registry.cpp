@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "common/error.hpp"
 #include "transport/mpi_transport.hpp"
 #ifdef SHARDSYNC_HAVE_UCX
@@ -30,7 +32,15 @@ const std::vector<TransportInfo>& transport_registry() {
 
 std::string default_transport_name() { return transport_registry().front().name; }
 
+std::unique_ptr<Transport> make_hybrid_transport(std::unique_ptr<Transport> local, std::unique_ptr<Transport> remote);
+
 std::unique_ptr<Transport> make_transport(const std::string& name) {
+  if (auto plus = name.find('+'); plus != std::string::npos) {
+    std::string a = name.substr(0, plus), b = name.substr(plus + 1);
+    if (a.empty() || b.empty() || b.find('+') != std::string::npos)
+      throw InputError("--transport", name, "a hybrid is LOCAL+REMOTE, e.g. cuda_ipc+ucx");
+    return make_hybrid_transport(make_transport(a), make_transport(b));
+  }
   std::string names;
   for (const auto& t : transport_registry()) {
     if (t.name == name) return t.make();

@@ -58,6 +58,9 @@ class Transport {
   // Collective over `world` (every rank, once): registers memory and exchanges keys and
   // addresses. Registration time is reported apart from transfer time.
   virtual void bootstrap(MPI_Comm world, const Registration& reg) = 0;
+  // Before bootstrap: the peers this transport will read from or message (a hybrid
+  // transport splits peers between two); by default all of them.
+  virtual void set_peers(const std::vector<bool>& peers) { (void)peers; }
 
   // One-sided read of `bytes` at `remote_offset` of `peer`'s exported region into this
   // rank's landing region at `local_offset`. Returns an id for test().
@@ -85,7 +88,11 @@ struct TransportInfo {
   std::function<std::unique_ptr<Transport>()> make;
 };
 const std::vector<TransportInfo>& transport_registry();
+// A name "A+B" makes a hybrid: A between ranks of one node, B between nodes (peer pairs are
+// classified at start-up by host name).
 std::unique_ptr<Transport> make_transport(const std::string& name);
+// This rank's host name; SHARDSYNC_FAKE_HOSTS=N (tests) pretends ranks come N per host.
+std::string host_name(int world_rank);
 std::string default_transport_name();  // the first of the registry (host memory)
 
 // Check macro for MPI calls: throws with host, rank, file:line, call and MPI's message.
