@@ -197,6 +197,10 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       if (cuda_device_count() == 0) throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
     }
     make_transport(transport_name);  // validates the name
+    if (!o.json_out.empty() && rank == 0) {  // fail now, not after the run
+      std::ofstream probe(o.json_out, std::ios::app);
+      if (!probe) throw InputError(o.json_out, "(output)", "cannot write the JSON result (directory missing or not writable)");
+    }
     double t0 = MPI_Wtime();
     if (!o.plans_file.empty()) plans = read_plans(o.plans_file, *s.model, *s.inference).plans;
     else plans = record_plans(*s.model, *s.inference);

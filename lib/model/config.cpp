@@ -123,6 +123,20 @@ void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
   c.lm_head_name = "language_model.lm_head.weight";
 }
 
+// Counts that set how many tensors the catalog lists are bounded, so that an absurd
+// config is refused at once instead of exhausting memory.
+void check_plausible(const JsonFields& f, const ModelConfig& c) {
+  auto limit = [&](const char* field, int64_t v, int64_t max) {
+    if (v > max) f.fail(field, "implausibly large: " + std::to_string(v) + " (limit " + std::to_string(max) + ")");
+  };
+  limit("num_hidden_layers", c.num_layers, 100000);
+  limit("num_attention_heads", c.num_heads, 1 << 20);
+  limit(c.arch == Arch::kDeepseekV3 ? "n_routed_experts" : c.arch == Arch::kLlama4 ? "num_local_experts" : "num_experts",
+        c.num_experts, 1 << 20);
+  int64_t tensors = c.num_layers * (3 * c.num_experts + 32);
+  if (tensors > 50'000'000) f.fail("num_hidden_layers", "with the experts, " + std::to_string(tensors) + " tensors: implausibly many (limit 50,000,000)");
+}
+
 }  // namespace
 
 std::string supported_architectures() {
@@ -197,9 +211,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       JsonFields text = top.get_object("text_config");
       parse_common(text, c);
       parse_llama4_text(text, c);
-      break;
+      check_plausible(text, c);
+      return c;
     }
   }
+  check_plausible(top, c);
   return c;
 }
 
