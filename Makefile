@@ -7,7 +7,12 @@ SS          := $(BUILD_DIR)/apps/shardsync
 # Local ranks may outnumber cores; as root Open MPI also needs the two ALLOW variables.
 MPIRUN      ?= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
 
-.PHONY: all deps configure build run test sanitize clean format
+FUZZ_SECONDS ?= 20
+# Sanitizer and fuzz builds: host-only code (no CUDA), separate build directories.
+SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
+UNIT_TESTS  := test_model test_layout test_tensor test_plan test_kernels test_sim test_pipeline
+
+.PHONY: all deps configure build run test test-main test-asan test-tsan test-fuzz clean format
 
 all: build
 
@@ -30,15 +35,40 @@ run: build
 	$(SS) plan record --layout tiny-moe-local --out $(BUILD_DIR)/plans-tiny-moe-local.h5
 	$(MPIRUN) -np 6 $(SS) bench --layout tiny-moe-local --plans $(BUILD_DIR)/plans-tiny-moe-local.h5 --syncs 5
 
-test: build
+# Everything CI runs: the full suite, then the unit tests under ASan+UBSan, the threaded
+# pipeline under TSan, and a short run of each fuzzer.
+test: test-main test-asan test-tsan test-fuzz
+
+test-main: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900
 
-# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer in a separate build.
-sanitize: deps
-	$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DSHARDSYNC_SANITIZE=address,undefined -DSHARDSYNC_CUDA=OFF $(CMAKE_FLAGS)"
+test-asan: deps
+	@cmake -S . -B build-asan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=address,undefined >build-asan.configure.log 2>&1 \
+	  || { cat build-asan.configure.log; exit 1; }
+	cmake --build build-asan -j $(JOBS) --target $(UNIT_TESTS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan -L unit --output-on-failure -j $(JOBS) --timeout 900
+
+# UCX is left out of the TSan build: its memory hooks (libucm) crash under TSan's interceptors.
+test-tsan: deps
+	@cmake -S . -B build-tsan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=thread -DSHARDSYNC_UCX=OFF >build-tsan.configure.log 2>&1 \
+	  || { cat build-tsan.configure.log; exit 1; }
+	cmake --build build-tsan -j $(JOBS) --target test_pipeline
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_pipeline
+
+test-fuzz: deps
+	@cmake -S . -B build-fuzz $(SAN_FLAGS) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHARDSYNC_FUZZ=ON \
+	  -DSHARDSYNC_WERROR=OFF -DSHARDSYNC_BUILD_TESTS=OFF -DSHARDSYNC_SANITIZE=address,undefined \
+	  >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_config fuzz_plan_file
+	mkdir -p build-fuzz/corpus/config build-fuzz/corpus/plan
+	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_model_config -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  build-fuzz/corpus/config tests/fuzz/corpus/config
+	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_plan_file -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  build-fuzz/corpus/plan tests/fuzz/corpus/plan
 
 format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz *.configure.log

@@ -12,6 +12,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox
+  clang libclang-rt-14-dev
 )
 
 if [[ "${SHARDSYNC_SKIP_DEPS:-0}" == 1 ]]; then
