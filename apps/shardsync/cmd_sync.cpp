@@ -1,6 +1,7 @@
 // shardsync sync | bench: mpirun-launched weight sync from trainer ranks to inference
 // ranks. `sync` runs one engine by default; `bench` runs all four on the same weights and
-// prints them side by side with ratios to the broadcast baseline.
+// prints them side by side with ratios to the broadcast baseline. `join` is a replacement
+// process for a dead inference rank.
 #include "commands.hpp"
 #include "sync_runner.hpp"
 
@@ -18,6 +19,18 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv) {
       "bench", "Compare engines on the same weights in one mpirun launch (default: broadcast,v1,v2,v3)");
   add_sync_run_options(bench, bench_opts.get(), {"broadcast", "v1", "v2", "v3"});
   bench->callback([bench_opts, argc, argv] { throw SubcommandExit(run_syncs(*bench_opts, argc, argv)); });
+
+  auto join_opts = std::make_shared<JoinOptions>();
+  auto* join = app.add_subcommand(
+      "join", "Take a dead inference rank's place in a running job started with --rendezvous (a plain process, "
+              "not under mpirun); pass the job's model, layout and buffer options");
+  add_data_path_options(join, &join_opts->run);
+  join->add_option("--rank", join_opts->rank, "The dead inference rank's world rank")->required();
+  join->add_option("--join-timeout", join_opts->timeout_s,
+                   "Seconds to wait for the trainers' contacts and then for the first sync")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  join->callback([join_opts, argc, argv] { throw SubcommandExit(run_join(*join_opts, argc, argv)); });
 }
 
 }  // namespace shardsync

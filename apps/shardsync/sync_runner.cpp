@@ -4,7 +4,9 @@
 
 #include <thread>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -17,8 +19,32 @@
 
 namespace shardsync {
 
-void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines) {
+void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
   add_layout_options(app, &o->setup);
+  app->add_option("--memory", o->memory, "Where weights and buffers live: host, or cuda (one GPU per rank where "
+                                         "there are enough; trainers on the first half of a node's GPUs)")
+      ->check(CLI::IsMember({"host", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--plans", o->plans_file, "Load plans from this HDF5 file (shardsync plan record) instead of recording");
+  app->add_option("--send-buffer", o->engine.send_buffer_bytes, "Trainer's registered send buffer (e.g. 64M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--recv-buffer", o->engine.recv_buffer_bytes, "Inference rank's registered receive buffer (e.g. 16M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--chunk", o->engine.chunk_bytes, "Largest packed chunk (capped at half of each buffer)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_flag("!--no-verify", o->engine.verify, "Skip verification (pure timing; never the default)");
+  app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
+  app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
+  app->add_option("--rendezvous", o->engine.rendezvous,
+                  "Directory (shared by the job's nodes) where trainer ranks publish how to reach them, so that a "
+                  "replacement process (shardsync join) can take a dead inference rank's place; needs the ucx transport");
+}
+
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines) {
+  add_data_path_options(app, o);
   o->engines = default_engines;
   std::string transports;
   for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ", ") + t.name;
@@ -34,40 +60,52 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<st
                   "Transport for pulls and control messages: auto (cuda_ipc for GPU memory, else the first "
                   "built), or one of: " + transports)
       ->capture_default_str();
-  app->add_option("--memory", o->memory, "Where weights and buffers live: host, or cuda (one GPU per rank where "
-                                         "there are enough; trainers on the first half of a node's GPUs)")
-      ->check(CLI::IsMember({"host", "cuda"}))
-      ->capture_default_str();
   app->add_option("--measure-link", o->link_iters,
                   "Before the engines, time this many reads of trainer rank 0's send buffer by inference rank 0 "
                   "over the same transport (the path's raw copy bandwidth)")
       ->check(CLI::Range(0, 100000));
-  app->add_option("--plans", o->plans_file, "Load plans from this HDF5 file (shardsync plan record) instead of recording");
-  app->add_option("--send-buffer", o->engine.send_buffer_bytes, "Trainer's registered send buffer (e.g. 64M)")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  app->add_option("--recv-buffer", o->engine.recv_buffer_bytes, "Inference rank's registered receive buffer (e.g. 16M)")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  app->add_option("--chunk", o->engine.chunk_bytes, "Largest packed chunk (capped at half of each buffer)")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
   app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app->add_option("--inflight", o->engine.inflight, "V3: gathered weight groups a trainer rank may hold at once")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app->add_flag("!--no-verify", o->engine.verify, "Skip verification (pure timing; never the default)");
-  app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
-  app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
+  app->add_option("--failure-timeout", o->engine.failure_timeout_s,
+                  "Seconds a trainer waits on a silent inference rank before declaring it dead (its replica "
+                  "then goes down; sharded engines only: a broadcast is a collective and cannot survive)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app->add_option("--stall-timeout", o->engine.stall_timeout_s,
+                  "Seconds without progress after which a rank inside the run exits (status 4) instead of hanging: "
+                  "the death of a trainer rank, or of any rank during a broadcast, cannot be survived; 0: never")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app->add_option("--inject-corrupt", o->engine.corrupt_at_sync, "Test hook: flip one received bit at this sync")
       ->group("Testing");
+  app->add_option("--fail-at", o->fail_at, "Test hook: sync=K,rank=R: inference world rank R kills itself mid-sync K")
+      ->group("Testing");
+  app->add_option("--slow-rank", o->engine.slow_rank, "Test hook: this world rank sleeps after every chunk")->group("Testing");
+  app->add_option("--slow-ms", o->engine.slow_ms, "Test hook: milliseconds the slow rank sleeps per chunk")->group("Testing");
   app->add_option("--inject-stale", o->engine.stale_at_sync, "Test hook: keep one trainer tensor stale at this sync")
       ->group("Testing");
 }
 
 namespace {
+
+// Open MPI with its recovery settings (failure-tolerant runs) does not tear the job down on
+// MPI_Abort: the calling rank then just exits, and the others end on their stall watchdog.
+bool recovery_mode() {
+  const char* v = std::getenv("OMPI_MCA_orte_enable_recovery");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+[[noreturn]] void abort_job(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  if (recovery_mode()) std::_Exit(code);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
 
 struct RankInfo {
   int32_t rank;
@@ -196,7 +234,24 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
       if (cuda_device_count() == 0) throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
     }
-    make_transport(transport_name);  // validates the name
+    auto probe_transport = make_transport(transport_name);  // validates the name
+    if (!o.engine.rendezvous.empty()) {
+      if (!probe_transport->supports_rejoin())
+        throw InputError("--rendezvous", o.engine.rendezvous,
+                         "rejoin needs --transport ucx (this run uses " + transport_name + ")");
+      if (access(o.engine.rendezvous.c_str(), W_OK | X_OK) != 0)
+        throw InputError(o.engine.rendezvous, "--rendezvous", "not a writable directory");
+    }
+    if (!o.fail_at.empty()) {
+      if (!probe_transport->supports_rejoin())
+        throw InputError("--fail-at", o.fail_at, "surviving a failure needs --transport ucx (this run uses " + transport_name + ")");
+      int k = -1, r = -1;
+      if (std::sscanf(o.fail_at.c_str(), "sync=%d,rank=%d", &k, &r) != 2 || k < 0 || r < s.trainer->world_size() || r >= size)
+        throw InputError("--fail-at", o.fail_at, "expected sync=K,rank=R with R an inference rank (" +
+                                                     std::to_string(s.trainer->world_size()) + ".." + std::to_string(size - 1) + ")");
+      engine_opts.fail_at_sync = k;
+      engine_opts.fail_rank = r;
+    }
     if (!o.json_out.empty() && rank == 0) {  // fail now, not after the run
       std::ofstream probe(o.json_out, std::ios::app);
       if (!probe) throw InputError(o.json_out, "(output)", "cannot write the JSON result (directory missing or not writable)");
@@ -241,10 +296,27 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                 << "\n# send buffer " << fmt_human_bytes(engine_opts.send_buffer_bytes) << ", receive buffer "
                 << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk " << fmt_human_bytes(o.engine.effective_chunk_bytes())
                 << ", v3 inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
+      // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
+      auto mca_is = [](const char* name, const char* want) {
+        const char* v = std::getenv(name);
+        return v && std::strcmp(v, want) == 0;
+      };
+      bool mca = mca_is("OMPI_MCA_orte_enable_recovery", "1") && mca_is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
+                 mca_is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
+      bool ucx = transport_name == "ucx";
+      std::cout << "# failure tolerance: "
+                << (mca && ucx ? "on, a silent inference rank is declared dead after " + fmt_fixed(o.engine.failure_timeout_s, 1) +
+                                     " s and its replica goes down (sharded engines)" +
+                                     (o.engine.rendezvous.empty() ? "" : "; replacements join through " + o.engine.rendezvous)
+                               : !mca ? std::string("off, mpirun ends the job if a rank dies (README: failure model)")
+                                      : "off, transport " + transport_name + " has no failure handling (use ucx)")
+                << "\n";
     }
     std::vector<EngineRun> runs;
     uint64_t version = 1;
     std::string failure;
+    nlohmann::json events = nlohmann::json::array();  // rank 0: failures and rejoins, in order
+    std::vector<int> was_down;
     for (const auto& name : o.engines) {
       EngineKind kind;
       parse_engine(name, &kind);
@@ -254,7 +326,27 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       for (int k = 0; k < o.warmup + o.syncs; ++k) {
         RankStats mine = engines.sync(kind, k, version++);
         std::vector<RankStats> all = engines.collect(mine);
-        if (rank != 0) continue;
+        if (rank != 0) continue;  // a consumer whose replica is down keeps step, waiting
+        std::string state;
+        for (const RejoinEvent& ev : engines.last_rejoins()) {
+          state += ", rank " + std::to_string(ev.rank) + " replaced" +
+                   (ev.replica_up ? " (replica " + std::to_string(ev.replica) + " up again)" : "");
+          events.push_back({{"event", "rejoin"}, {"engine", name}, {"sync", k}, {"version", ev.version}, {"rank", ev.rank},
+                            {"replica", ev.replica}, {"replica_up", ev.replica_up}});
+        }
+        std::vector<int> now_down = engines.down_replicas();
+        for (int rep : now_down)
+          if (std::find(was_down.begin(), was_down.end(), rep) == was_down.end())
+            events.push_back({{"event", "replica_down"}, {"engine", name}, {"sync", k}, {"version", version - 1}, {"replica", rep}});
+        was_down = now_down;
+        for (int rep : now_down) state += (state.find("replicas down") == std::string::npos ? ", replicas down: " : ",") + std::to_string(rep);
+        if (mine.skipped) {
+          if (!o.quiet)
+            std::cerr << "# " << name << " sync " << (k + 1) << "/" << (o.warmup + o.syncs)
+                      << ": skipped (a rank has died; a broadcast is a collective over every rank)" << state << "\n";
+          if (k < o.warmup) --run.warmup;
+          continue;
+        }
         double t = 0;
         int64_t wrong = 0;
         for (const RankStats& r : all) {
@@ -266,16 +358,46 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
         }
         if (!o.quiet)
           std::cerr << "# " << name << " sync " << (k + 1) << "/" << (o.warmup + o.syncs) << (k < o.warmup ? " (warm-up)" : "")
-                    << ": " << fmt_fixed(t, 6) << " s, " << wrong << " wrong\n";
+                    << ": " << fmt_fixed(t, 6) << " s, " << wrong << " wrong" << state << "\n";
         run.syncs.push_back(std::move(all));
         if (!failure.empty()) break;
       }
-      if (rank == 0) runs.push_back(std::move(run));
+      if (rank == 0) {
+        if (run.syncs.size() > size_t(std::max(run.warmup, 0))) runs.push_back(std::move(run));
+        else std::cout << "# " << name << ": every sync skipped (a rank died before it; a broadcast needs every rank)\n";
+      }
       if (!failure.empty()) break;
     }
     if (rank == 0) {
       std::vector<EngineSummary> rows;
       for (const auto& r : runs) rows.push_back(summarize(r));
+      auto is_down = [&](int rep) {
+        for (int d : engines.down_replicas())
+          if (d == rep) return true;
+        return false;
+      };
+      for (const auto& r : runs) {
+        std::string line;
+        std::vector<double> rc = replica_completion(r, s.trainer->world_size());
+        for (size_t rep = 0; rep < rc.size(); ++rep)
+          line += " r" + std::to_string(rep) + " " + (rc[rep] < 0 ? std::string("-") : fmt_fixed(rc[rep], 6)) +
+                  (is_down(int(rep)) ? " (before it went down)" : "");
+        std::cout << "# " << r.engine << " replica completion (s, mean over timed syncs):" << line << "\n";
+      }
+      if (!events.empty()) {
+        std::string list;
+        for (const auto& ev : events)
+          list += std::string(list.empty() ? "" : "; ") +
+                  (ev["event"] == "rejoin" ? "rank " + std::to_string(int(ev["rank"])) + " replaced"
+                                           : "replica " + std::to_string(int(ev["replica"])) + " down") +
+                  " at " + std::string(ev["engine"]) + " sync " + std::to_string(int(ev["sync"]) + 1);
+        auto d = engines.down_replicas();
+        std::string down;
+        for (int rep : d) down += (down.empty() ? "" : ",") + std::to_string(rep);
+        std::cout << "# failures: " << list << "; "
+                  << (d.empty() ? "every replica up at the end" : "replicas " + down + " down at the end")
+                  << "; every sync of every live replica verified\n";
+      }
       if (link_gbps > 0)
         std::cout << "# pull path raw bandwidth (inference rank 0 reading trainer rank 0, " << transport_name
                   << "): " << fmt_fixed(link_gbps, 2) << " GB/s\n";
@@ -305,6 +427,8 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                        {"warmup", o.warmup},
                        {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};
         j["setup"] = {{"plan_s", plan_s}, {"registration_s", reg_s}};
+        j["replicas_down"] = engines.down_replicas();
+        j["events"] = events;
         j["memory"] = o.memory;
         j["device_rank0"] = engines.device_description();
         j["collectives_rank0"] = engines.collectives_description();
@@ -318,13 +442,21 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       }
       if (!failure.empty()) {
         std::cerr << "shardsync: error: " << failure << "\n";
-        MPI_Abort(MPI_COMM_WORLD, 3);
+        abort_job(3);
       }
+    }
+    // After a failure, only non-collective clean-up: a dead rank never joins a collective,
+    // and MPI_Finalize's fence would wait for it, so survivors leave without it (mpirun
+    // needs orte_allowed_exit_without_sync=1 to accept that; see README, failure model).
+    if (engines.finish()) {
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(0);
     }
     engines.shutdown();
   } catch (const std::exception& e) {
     std::cerr << "shardsync: error on rank " << rank << ": " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, 3);
+    abort_job(3);
   }
   MPI_Finalize();
   return 0;

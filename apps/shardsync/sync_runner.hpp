@@ -22,10 +22,22 @@ struct SyncRunOptions {
   std::string memory = "host";
   std::string transport = "auto";
   int link_iters = 0;  // > 0: measure the pull path's raw bandwidth first
+  std::string fail_at;  // "sync=K,rank=R"
 };
 
+// The options a replacement process shares with the job: model, layouts, memory, plans,
+// buffers, verification, output, rendezvous.
+void add_data_path_options(CLI::App* app, SyncRunOptions* o);
 void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines);
 // Returns the process exit status. Initializes and finalizes MPI.
 int run_syncs(const SyncRunOptions& o, int argc, char** argv);
+
+// shardsync join: a replacement process (no MPI) for a dead inference rank of a running job.
+struct JoinOptions {
+  SyncRunOptions run;
+  int rank = -1;
+  double timeout_s = 60;
+};
+int run_join(const JoinOptions& o, int argc, char** argv);
 
 }  // namespace shardsync

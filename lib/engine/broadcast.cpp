@@ -58,6 +58,7 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
       bcast_comm->bcast(bucket.data(), total, 0);
       st.bytes_out += total;
     }
+    beat();
     meter.sub(g->staging_bytes());
   }
   device->synchronize();
@@ -69,15 +70,16 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
 RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version) {
   RankStats st;
   st.rank = world.rank;
-  IdleBackoff wait_backoff;
-  for (;;) {
-    CtrlMsg m;
-    if (transport->poll(&m)) {
-      if (m.type != kMsgStart || m.a != sync_index || uint64_t(m.x) != version)
-        throw Error("broadcast consumer: expected START of sync " + std::to_string(sync_index));
-      break;
-    }
-    wait_backoff.pause();
+  CtrlMsg start;
+  if (!take_start(EngineKind::kBroadcast, sync_index, version, nullptr, &start)) {
+    st.reported = 0;
+    st.stood_down = 1;
+    return st;
+  }
+  if (start.c == 1) {  // a rank has died: the broadcast (a collective over all) is skipped
+    st.reported = 0;
+    st.skipped = 1;
+    return st;
   }
   const double t0 = now_s();
   const ConsumerSchedule& sched = consumer_schedule(EngineKind::kBroadcast);
@@ -101,6 +103,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
       PhaseTimer t(st.transfer_s);
       bcast_comm->bcast(bucket.data(), total, 0);
     }
+    beat();
     st.bytes_in += total;
     PhaseTimer t(st.process_s);
     std::vector<CopyJob> jobs;

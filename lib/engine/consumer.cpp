@@ -4,10 +4,46 @@
 // (DONE), and when a group is complete run process + copy into the live weights. V3 does
 // the process + copy on the background lane (a second stream on GPUs, a thread on CPUs),
 // so the receive buffer takes the next chunk at once.
+#include <csignal>
+
 #include "common/error.hpp"
 #include "engine/internal.hpp"
 
 namespace shardsync {
+
+bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, std::deque<CtrlMsg>* early_readies,
+                              CtrlMsg* start) {
+  IdleBackoff wait_backoff;
+  for (;;) {
+    CtrlMsg m;
+    if (pending_start) {
+      m = std::move(*pending_start);
+      pending_start.reset();
+    } else if (!transport->poll(&m)) {
+      transport->progress();
+      wait_backoff.pause();
+      continue;
+    }
+    beat();
+    if (m.type == kMsgStart) {
+      if (m.a != sync_index || uint64_t(m.x) != version || m.b != int(e))
+        throw Error("consumer: START of sync " + std::to_string(m.a) + " (version " + std::to_string(m.x) +
+                    ") while expecting sync " + std::to_string(sync_index) + " (version " + std::to_string(version) + ")");
+      for (CtrlMsg& r : stashed_readies)
+        if (uint64_t(r.z) == version && early_readies) early_readies->push_back(std::move(r));
+      stashed_readies.clear();
+      *start = std::move(m);
+      return true;
+    }
+    if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
+      stood_down = true;
+      return false;
+    }
+    if (m.type != kMsgReady || !early_readies)
+      throw Error("consumer: unexpected message " + std::to_string(m.type) + " before START");
+    early_readies->push_back(std::move(m));
+  }
+}
 
 RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t version) {
   RankStats st;
@@ -17,22 +53,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   std::deque<CtrlMsg> readies;
 
   // Wait for the trainer's START; READYs of this sync may overtake it.
-  IdleBackoff wait_backoff;
-  for (;;) {
-    CtrlMsg m;
-    if (transport->poll(&m)) {
-      if (m.type == kMsgStart) {
-        if (m.a != sync_index || uint64_t(m.x) != version || m.b != int(e))
-          throw Error("consumer: START for sync " + std::to_string(m.a) + " while expecting sync " +
-                      std::to_string(sync_index));
-        break;
-      }
-      if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type) + " before START");
-      readies.push_back(std::move(m));
-      continue;
-    }
-    transport->progress();
-    wait_backoff.pause();
+  CtrlMsg start;
+  if (!take_start(e, sync_index, version, &readies, &start)) {  // this replica was taken down
+    st.reported = 0;
+    st.stood_down = 1;
+    return st;
   }
   const double t0 = now_s();
 
@@ -117,6 +142,12 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     ++st.messages;
     st.bytes_in += f.bytes;
     --chunks_left;
+    if (sync_index == opt.fail_at_sync && world.rank == opt.fail_rank) {
+      transport->flush_sends();
+      std::raise(SIGKILL);  // test hook: this rank dies mid-sync
+    }
+    if (world.rank == opt.slow_rank && opt.slow_ms > 0)  // test hook: a straggler
+      std::this_thread::sleep_for(std::chrono::milliseconds(opt.slow_ms));
   };
 
   auto reclaim = [&] {
@@ -177,8 +208,12 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       st.wait_s += now_s() - idle_since;
       idle_since = -1;
     }
-    if (progressed) backoff.progress();
-    else backoff.pause();
+    if (progressed) {
+      beat();
+      backoff.progress();
+    } else {
+      backoff.pause();
+    }
   }
   for (const auto& [g, left] : group_left)
     if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");

@@ -39,6 +39,18 @@ struct SyncOptions {
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
   int corrupt_at_sync = -1;
   int stale_at_sync = -1;
+  // Fault handling: a consumer silent for this long while a trainer waits on it is dead,
+  // and its whole replica is taken down; test hooks kill or slow one inference rank.
+  double failure_timeout_s = 10.0;
+  int fail_at_sync = -1, fail_rank = -1;   // that world rank SIGKILLs itself mid-sync
+  int slow_rank = -1;                      // that world rank sleeps after every chunk
+  int slow_ms = 0;
+  // Rejoin: trainers publish how to reach them in this directory (a replacement reads it).
+  std::string rendezvous;
+  // A rank inside the run that sees no progress for this long exits (status 4) instead of
+  // hanging: the job cannot survive a trainer's death, or any death during a broadcast.
+  // 0: never.
+  double stall_timeout_s = 120.0;
 
   int64_t effective_chunk_bytes() const;
 };
@@ -58,6 +70,8 @@ struct World {
   MPI_Comm bcast = MPI_COMM_NULL;     // rank 0 + every inference rank (broadcast baseline)
 
   static World create(MPI_Comm comm, const TrainerPlacement& trainer, const InferencePlacement& inference);
+  // A replacement process for inference world rank `rank`: no MPI communicators.
+  static World replacement(int rank, const TrainerPlacement& trainer, const InferencePlacement& inference);
 };
 
 // What one rank did in one sync. Times are busy seconds in each phase (phases overlap in
@@ -80,6 +94,18 @@ struct RankStats {
   int64_t mismatches = 0;
   int32_t bad_param = -1;          // engine parameter of the first mismatch
   int64_t bad_index = -1;          // its element index
+  int32_t reported = 1;            // 0: no report (dead or stood down)
+  int32_t stood_down = 0;          // consumer: its replica was taken down before this sync
+  int32_t peers_lost = 0;          // trainer: consumers it declared dead in this sync
+  int32_t replica = -1;            // consumer's replica
+  int32_t skipped = 0;             // the sync did not run (a broadcast after a rank failed)
+};
+
+// A replacement process took a dead rank's place (rank 0's record).
+struct RejoinEvent {
+  int rank = -1, replica = -1;
+  uint64_t version = 0;  // the first weights version it received
+  bool replica_up = false;  // its replica came back up with it
 };
 
 class Engines {
@@ -92,8 +118,27 @@ class Engines {
   // One sync of `engine` with weights of `version` (every rank calls it).
   RankStats sync(EngineKind engine, int sync_index, uint64_t version);
   // Every rank's stats of the last sync, on rank 0 (empty elsewhere). Trainers use a
-  // trainer-only gather; consumers report with a control message.
+  // trainer-only gather; consumers report with a control message; a consumer that does not
+  // report within the failure timeout is declared dead and its replica taken down.
   std::vector<RankStats> collect(const RankStats& mine);
+  // Consumers: true when this rank's replica was taken down (it serves no more syncs).
+  bool stood_down() const;
+  // Replicas taken down so far (rank 0's view), for the progress line and results.
+  std::vector<int> down_replicas() const;
+  // End of the run: rank 0 tells every live rank whether any failed; returns that on every
+  // live rank (then only the non-collective cleanup runs).
+  bool finish();
+  // Rank 0: replacements taken in the last sync, and in the whole run.
+  std::vector<RejoinEvent> last_rejoins() const;
+  std::vector<RejoinEvent> rejoins() const;
+
+  // A replacement process (no MPI): instead of bootstrap, read the trainers' contacts from
+  // the rendezvous directory (waiting up to timeout_s for them), take this world rank's
+  // place, and ask rank 0 to take it back. Returns seconds spent.
+  double join(double timeout_s);
+  // A replacement: waits up to timeout_s for the next sync (true, `*out` its stats, already
+  // reported to rank 0) or the end of the run (false).
+  bool serve_next(double timeout_s, RankStats* out, EngineKind* engine, uint64_t* version);
   // The raw bandwidth of the pull path: inference rank 0 reads trainer rank 0's whole send
   // buffer through the transport `iters` times. Called by every rank (start-up phase);
   // returns GB/s on rank 0 (0 elsewhere).

@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <csignal>
 
 #include "common/error.hpp"
 #include "engine/internal.hpp"
@@ -163,12 +166,31 @@ World World::create(MPI_Comm comm, const TrainerPlacement& tr, const InferencePl
   return w;
 }
 
+World World::replacement(int rank, const TrainerPlacement& tr, const InferencePlacement& inf) {
+  World w;
+  w.rank = rank;
+  w.num_trainers = tr.world_size();
+  w.size = w.num_trainers + inf.world_size();
+  if (rank < w.num_trainers || rank >= w.size)
+    throw InputError("--rank", std::to_string(rank),
+                     "a replacement takes an inference rank's place: " + std::to_string(w.num_trainers) + ".." +
+                         std::to_string(w.size - 1));
+  w.inference_rank = rank - w.num_trainers;
+  InferenceCoord c = inf.coord(w.inference_rank);
+  w.local_rank = c.local;
+  w.replica = c.replica;
+  return w;
+}
+
 // ---- Impl ---------------------------------------------------------------------------------
 
 Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
                     const std::vector<RankPlan>& p, const SyncOptions& o)
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
   chunk_bytes = opt.effective_chunk_bytes();
+  dead.assign(size_t(world.size), 0);
+  down.assign(size_t(world.size), 0);
+  notified_down.assign(size_t(world.size), 0);
   device = opt.memory == MemKind::kCuda ? make_cuda_device(opt.gpu) : make_cpu_device();
   layerwise_pool.set_device(device.get());
   transport = make_transport(opt.transport);
@@ -202,7 +224,22 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
         group_copy_bytes[group_of_param[size_t(e.engine_param)]] +=
             e.numel() * dtype_bytes(plan->params[size_t(e.engine_param)].dtype);
   }
+  if (opt.stall_timeout_s > 0)
+    watchdog = std::thread([this, where = where_am_i()] {  // no MPI calls on this thread
+      while (!stop_watchdog) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        double idle = now_s() - last_beat.load(std::memory_order_relaxed);
+        if (!armed || idle < opt.stall_timeout_s) continue;
+        std::fprintf(stderr,
+                     "shardsync: %s: no progress for %.0f s inside the run: a rank has likely died where the job "
+                     "cannot survive it (a trainer rank, or any rank during a broadcast); exiting\n",
+                     where.c_str(), idle);
+        std::fflush(stderr);
+        std::_Exit(4);
+      }
+    });
 }
+
 
 GatherContext Engines::Impl::gather_context() {
   return GatherContext{&model, &trainer, shards.get(), &world, device.get(), trainers_comm.get(), tp_comm.get(),
@@ -219,8 +256,29 @@ const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
 std::vector<int> Engines::Impl::consumers_of_local(int local_rank) const {
   std::vector<int> out;
   int per = inference.layout().ranks_per_replica();
-  for (int r = 0; r < inference.layout().replicas; ++r) out.push_back(world.num_trainers + r * per + local_rank);
+  for (int r = 0; r < inference.layout().replicas; ++r) {
+    int rank = world.num_trainers + r * per + local_rank;
+    if (!down[size_t(rank)]) out.push_back(rank);
+  }
   return out;
+}
+
+void Engines::Impl::declare_dead(int rank) {
+  if (dead[size_t(rank)]) return;
+  dead[size_t(rank)] = 1;
+  down[size_t(rank)] = 1;
+  failures = true;
+  transport->forget_peer(rank);
+}
+
+void Engines::Impl::take_down_replicas() {
+  int per = inference.layout().ranks_per_replica();
+  for (int rep = 0; rep < inference.layout().replicas; ++rep) {
+    bool any = false;
+    for (int l = 0; l < per; ++l) any = any || dead[size_t(world.num_trainers + rep * per + l)];
+    if (any)
+      for (int l = 0; l < per; ++l) down[size_t(world.num_trainers + rep * per + l)] = 1;
+  }
 }
 
 const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
@@ -306,6 +364,11 @@ Engines::Engines(World& world, const ModelSpec& model, const TrainerPlacement& t
 
 Engines::~Engines() = default;
 
+Engines::Impl::~Impl() {
+  stop_watchdog = true;
+  if (watchdog.joinable()) watchdog.join();
+}
+
 double Engines::bootstrap() {
   double t0 = now_s();
   Registration reg;
@@ -318,37 +381,148 @@ double Engines::bootstrap() {
     reg.landing_bytes = size_t(impl_->landing.size());
   }
   impl_->transport->bootstrap(impl_->world.comm, reg);
+  impl_->publish_contact();
   MPI_CHECK(MPI_Barrier(impl_->world.comm));
   return now_s() - t0;
 }
 
 RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   Impl& m = *impl_;
+  if (!m.armed) m.arm();
   if (m.world.trainer) {
     int32_t stale = -1;
     if (sync_index == m.opt.stale_at_sync && !m.shards->shards().empty()) stale = m.shards->shards().front().hf;
     m.shards->fill(version, stale);
-    MPI_CHECK(MPI_Barrier(m.world.trainers));
+    // Replacements for dead ranks come in at the boundary (rank 0 decides).
+    m.accept_joins(version);
+    // A broadcast is a collective over every rank: once one has died, it cannot run.
+    int skip = m.world.rank == 0 && engine == EngineKind::kBroadcast && m.failures;
+    MPI_CHECK(MPI_Bcast(&skip, 1, MPI_INT, 0, m.world.trainers));
+    // Every trainer starts with rank 0's view of which consumers are down (also a barrier).
+    MPI_CHECK(MPI_Bcast(m.down.data(), int(m.down.size()), MPI_BYTE, 0, m.world.trainers));
+    MPI_CHECK(MPI_Bcast(m.dead.data(), int(m.dead.size()), MPI_BYTE, 0, m.world.trainers));
+    m.beat();
+    for (int r = m.world.num_trainers; r < m.world.size; ++r)
+      if (m.dead[size_t(r)]) m.transport->forget_peer(r);
     if (m.world.rank == 0) {
       CtrlMsg start;
       start.type = kMsgStart;
       start.a = sync_index;
       start.b = int(engine);
+      start.c = skip;
       start.x = int64_t(version);
-      for (int r = m.world.num_trainers; r < m.world.size; ++r) m.transport->send(r, start);
-      m.transport->flush_sends();  // before any blocking collective (broadcast)
+      m.live_at_start.clear();
+      for (int r = m.world.num_trainers; r < m.world.size; ++r) {
+        if (!m.down[size_t(r)]) {
+          m.transport->send(r, start);
+          if (!skip) m.live_at_start.push_back(r);
+        } else if (!m.dead[size_t(r)]) {
+          // Down but alive: told so at every sync (after the first time, a keep-alive for
+          // its stall watchdog).
+          CtrlMsg sd;
+          sd.type = kMsgStandDown;
+          m.transport->send(r, sd);
+          m.notified_down[size_t(r)] = 1;
+        }
+      }
+      // Before any blocking collective (broadcast); a consumer that cannot take its START
+      // is dead (its reports will not be awaited).
+      for (int c : m.transport->flush_sends_within(m.opt.failure_timeout_s))
+        if (c >= m.world.num_trainers) m.declare_dead(c);
+    }
+    if (skip) {
+      RankStats st;
+      st.rank = m.world.rank;
+      st.trainer = 1;
+      st.skipped = 1;
+      return st;
     }
     return engine == EngineKind::kBroadcast ? m.run_broadcast_trainer(sync_index, version)
                                             : m.run_producer(engine, sync_index, version);
   }
-  return engine == EngineKind::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
-                                          : m.run_consumer(engine, sync_index, version);
+  if (m.stood_down) {
+    // Down: wait for the START of this sync or a later one (the replica is back up, a
+    // replacement having taken its dead rank's place), or the end of the run.
+    if (m.wait_start_or_finish() && uint64_t(m.pending_start->x) == version) {
+      m.stood_down = false;
+    } else {
+      RankStats st;
+      st.rank = m.world.rank;
+      st.reported = 0;
+      st.stood_down = 1;
+      return st;
+    }
+  }
+  RankStats st = engine == EngineKind::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
+                                                  : m.run_consumer(engine, sync_index, version);
+  st.replica = m.world.replica;
+  return st;
+}
+
+bool Engines::stood_down() const { return impl_->stood_down; }
+
+std::vector<int> Engines::down_replicas() const {
+  const Impl& m = *impl_;
+  std::vector<int> out;
+  int per = m.inference.layout().ranks_per_replica();
+  for (int rep = 0; rep < m.inference.layout().replicas; ++rep)
+    if (m.down[size_t(m.world.num_trainers + rep * per)]) out.push_back(rep);
+  return out;
+}
+
+bool Engines::finish() {
+  Impl& m = *impl_;
+  struct Disarm {
+    Impl& m;
+    ~Disarm() { m.armed = false; }
+  } disarm{m};
+  int degraded = m.failures ? 1 : 0;
+  if (m.world.trainer) {
+    int any = 0;
+    MPI_CHECK(MPI_Allreduce(&degraded, &any, 1, MPI_INT, MPI_MAX, m.world.trainers));
+    degraded = any;
+    m.withdraw_contact();
+    if (m.world.rank == 0) {
+      // Replacements that came too late are told so.
+      CtrlMsg msg;
+      while (m.transport->poll(&msg))
+        if (msg.type == kMsgJoin) m.absorb_join(std::move(msg));
+      for (CtrlMsg& j : m.pending_joins) {
+        std::vector<uint8_t> contact;
+        uint32_t n = 0;
+        if (j.payload.size() < 4) continue;
+        std::memcpy(&n, j.payload.data(), 4);
+        if (n > j.payload.size() - 4) continue;
+        contact.assign(j.payload.begin() + 4, j.payload.begin() + 4 + long(n));
+        CtrlMsg r;
+        r.type = kMsgReject;
+        std::string why = "the run ended before world rank " + std::to_string(j.from) + " could be taken back";
+        r.payload.assign(why.begin(), why.end());
+        try {
+          m.transport->send_to_contact(contact, r);
+        } catch (const std::exception&) {
+        }
+      }
+      m.pending_joins.clear();
+      CtrlMsg fin;
+      fin.type = kMsgFinish;
+      fin.a = degraded;
+      for (int r = m.world.num_trainers; r < m.world.size; ++r)
+        if (!m.dead[size_t(r)]) m.transport->send(r, fin);
+      m.transport->flush_sends_within(m.opt.failure_timeout_s);
+    }
+    return degraded != 0;
+  }
+  // Consumers wait for FINISH (stood-down ranks may have seen it already).
+  while (m.wait_start_or_finish()) m.pending_start.reset();  // a START now would be a bug of rank 0
+  return m.finish_degraded;
 }
 
 std::vector<RankStats> Engines::collect(const RankStats& mine) {
   Impl& m = *impl_;
   std::vector<RankStats> all;
   if (!m.world.trainer) {
+    if (mine.stood_down || mine.skipped) return all;  // rank 0 does not wait for this rank
     CtrlMsg r;
     r.type = kMsgReport;
     r.payload.resize(sizeof mine);
@@ -359,27 +533,53 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   }
   std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
   MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine), MPI_BYTE, 0, m.world.trainers));
+  // Consumers any trainer declared dead in this sync.
+  std::vector<uint8_t> dead_seen(m.dead.size(), 0);
+  MPI_CHECK(MPI_Reduce(m.dead.data(), dead_seen.data(), int(m.dead.size()), MPI_BYTE, MPI_MAX, 0, m.world.trainers));
+  m.beat();
   if (m.world.rank != 0) return all;
+  for (size_t r = 0; r < dead_seen.size(); ++r)
+    if (dead_seen[r]) m.declare_dead(int(r));
   all = trainers;
   all.resize(size_t(m.world.size));
-  int missing = m.world.size - m.world.num_trainers;
+  for (int r = m.world.num_trainers; r < m.world.size; ++r) {
+    all[size_t(r)].rank = r;
+    all[size_t(r)].reported = 0;
+    all[size_t(r)].stood_down = m.down[size_t(r)] && std::find(m.live_at_start.begin(), m.live_at_start.end(), r) == m.live_at_start.end();
+  }
+  std::vector<int> missing;
+  for (int r : m.live_at_start)
+    if (!m.dead[size_t(r)]) missing.push_back(r);
   IdleBackoff wait_backoff;
-  while (missing > 0) {
+  double deadline = now_s() + m.opt.failure_timeout_s;
+  while (!missing.empty()) {
     CtrlMsg msg;
     if (!m.early_reports.empty()) {
       msg = std::move(m.early_reports.front());
       m.early_reports.pop_front();
     } else if (!m.transport->poll(&msg)) {
       m.transport->progress();
+      if (now_s() > deadline) {  // silent past the failure timeout: dead
+        for (int r : missing) m.declare_dead(r);
+        break;
+      }
       wait_backoff.pause();
+      continue;
+    }
+    if (msg.type == kMsgDone || msg.type == kMsgRequest) continue;  // late traffic of a dead peer's replica
+    if (msg.type == kMsgJoin) {
+      m.absorb_join(std::move(msg));
       continue;
     }
     if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) || msg.from < m.world.num_trainers)
       throw Error("rank 0: unexpected message " + std::to_string(msg.type) + " from rank " + std::to_string(msg.from) +
                   " while collecting reports");
     std::memcpy(&all[size_t(msg.from)], msg.payload.data(), sizeof(RankStats));
-    --missing;
+    m.beat();
+    missing.erase(std::remove(missing.begin(), missing.end(), msg.from), missing.end());
+    deadline = now_s() + m.opt.failure_timeout_s;
   }
+  m.take_down_replicas();
   return all;
 }
 

@@ -21,11 +21,15 @@
 namespace shardsync {
 
 enum MsgType : uint32_t {
-  kMsgStart = 1,    // a = sync index, b = engine, x = version
+  kMsgStart = 1,    // a = sync index, b = engine, c = 1: skipped, x = version
   kMsgRequest = 2,  // a = unit, b = local rank; payload = pulls
   kMsgReady = 3,    // a = unit, b = chunk, c = local rank, x = remote offset, y = bytes, z = version
   kMsgDone = 4,     // a = unit, b = chunk, c = local rank
   kMsgReport = 5,   // payload = RankStats
+  kMsgStandDown = 6,  // this replica is down: serve no more syncs
+  kMsgFinish = 7,     // end of the run; a = 1 when some rank failed
+  kMsgJoin = 8,       // a replacement for a dead rank; payload = contact bytes + fingerprint
+  kMsgReject = 9,     // to a replacement: not taken; payload = the reason
 };
 
 inline double now_s() {
@@ -177,9 +181,45 @@ struct Engines::Impl {
   std::map<int, Routes> routes;       // by source policy
   std::deque<CtrlMsg> early_reports;  // rank 0: REPORTs that arrived while it still served
   BufferPool layerwise_pool;
+  // Liveness (world ranks): dead = failed; down = dead, or in a replica taken down.
+  std::vector<uint8_t> dead, down;
+  std::vector<uint8_t> notified_down;  // rank 0: STANDDOWN sent
+  bool stood_down = false, failures = false;
+  std::vector<int> live_at_start;      // rank 0: consumers START went to in this sync
+  // Rejoin. Rank 0 keeps JOINs until the sync boundary; consumers keep a START or FINISH
+  // that arrived while they waited for an earlier sync (stood down, or a replacement).
+  std::vector<CtrlMsg> pending_joins;
+  std::vector<RejoinEvent> rejoin_log, last_rejoins;
+  std::optional<CtrlMsg> pending_start;
+  std::deque<CtrlMsg> stashed_readies;  // READYs that overtook the START they belong to
+  bool finish_seen = false, finish_degraded = false;
+  std::string fingerprint() const;     // what a replacement must match (model, layouts, chunks)
+  void absorb_join(CtrlMsg&& m);       // rank 0: a JOIN seen in any polling loop
+  void accept_joins(uint64_t version); // trainers, at a sync boundary (collective over trainers)
+  // Consumers: takes the next START (returns true) or FINISH (false) off the wire.
+  bool wait_start_or_finish(double timeout_s = 0);  // timeout_s > 0: give up after it
+  // Takes this sync's START (pending, or off the wire); false when the replica was taken
+  // down instead. Throws if the START is for another sync.
+  bool take_start(EngineKind e, int sync_index, uint64_t version, std::deque<CtrlMsg>* early_readies, CtrlMsg* start);
+  void publish_contact();              // trainers, with --rendezvous
+  void withdraw_contact();
+  void declare_dead(int rank);
+  void take_down_replicas();           // rank 0: down = every replica with a dead member
 
   Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
        const std::vector<RankPlan>& p, const SyncOptions& o);
+  ~Impl();
+
+  // Stall watchdog: armed from the first sync to the end of the run; every step of
+  // progress (a message, a landed chunk, a bucket, a collective) beats it.
+  std::atomic<double> last_beat{0};
+  std::atomic<bool> armed{false}, stop_watchdog{false};
+  std::thread watchdog;
+  void beat() { last_beat.store(now_s(), std::memory_order_relaxed); }
+  void arm() {
+    beat();
+    armed = true;
+  }
 
   const Routes& routes_for(SourcePolicy policy);
   const ProducerSchedule& producer_schedule(EngineKind e);

@@ -15,9 +15,10 @@ namespace {
 
 struct PackedChunk {
   int64_t offset = 0, bytes = 0;
-  int pending = 0;  // consumers that have not sent DONE
-  Fence packed = 0; // the pack kernel's fence; READY goes out once it has passed
+  std::set<int> waiting;  // consumers that have not sent DONE
+  Fence packed = 0;       // the pack kernel's fence; READY goes out once it has passed
   bool ready = false;
+  bool released = false;
 };
 
 struct LocalRankWork {
@@ -36,6 +37,12 @@ struct UnitWork {
   std::vector<LocalRankWork> locals;
   int64_t outstanding = 0;  // DONEs still expected
   int64_t staged = 0;       // staging bytes counted for this unit
+};
+
+// When each consumer was last heard from, and how many chunks it still owes a DONE for.
+struct Liveness {
+  std::map<int, double> last_heard;
+  std::map<int, int> owed;
 };
 
 }  // namespace
@@ -64,6 +71,28 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
   std::map<int32_t, std::unique_ptr<UnitWork>> active;
   int next_gather = 0, released = 0;
   IdleBackoff backoff;
+  Liveness peers;
+  auto release_chunk = [&](UnitWork& w, PackedChunk& pc) {
+    if (!pc.released && pc.waiting.empty()) {
+      arena.release(pc.offset, pc.bytes);
+      pc.released = true;
+    }
+    (void)w;
+  };
+  // A consumer silent past the failure timeout while it owes DONEs is dead: stop waiting for
+  // it everywhere (its replica goes down at the sync boundary).
+  auto drop_consumer = [&](int c) {
+    declare_dead(c);
+    ++st.peers_lost;
+    peers.owed.erase(c);
+    for (auto& [u, w] : active)
+      for (LocalRankWork& lw : w->locals)
+        for (PackedChunk& pc : lw.packed)
+          if (pc.waiting.erase(c)) {
+            --w->outstanding;
+            release_chunk(*w, pc);
+          }
+  };
 
   auto consumers_with_request = [&](int32_t u, int l) {
     std::set<int> c;
@@ -89,6 +118,7 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
   };
 
   auto handle = [&](const CtrlMsg& m) {
+    if (m.from >= 0) peers.last_heard[m.from] = now_s();
     if (m.type == kMsgRequest) {
       if (m.a < 0 || m.a >= num_units || m.b < 0 || m.b >= num_locals) throw Error("producer: bad REQUEST");
       auto& slot = cache[size_t(m.a)][size_t(m.b)];
@@ -98,13 +128,19 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
       if (it != active.end()) build_local(*it->second, m.b);
     } else if (m.type == kMsgDone) {
       auto it = active.find(m.a);
+      if (dead[size_t(m.from)]) return;  // declared dead already: too late
       if (it == active.end()) throw Error("producer: DONE for a unit that is not active");
       UnitWork& w = *it->second;
       PackedChunk& pc = w.locals.at(size_t(m.c)).packed.at(size_t(m.b));
-      if (--pc.pending == 0) arena.release(pc.offset, pc.bytes);
-      --w.outstanding;
+      if (pc.waiting.erase(m.from)) {
+        --w.outstanding;
+        --peers.owed[m.from];
+        release_chunk(w, pc);
+      }
     } else if (m.type == kMsgReport && world.rank == 0) {
       early_reports.push_back(m);  // a consumer finished before this rank did
+    } else if (m.type == kMsgJoin && world.rank == 0) {
+      absorb_join(CtrlMsg(m));  // taken (or not) at the next sync boundary
     } else {
       throw Error("producer: unexpected message type " + std::to_string(m.type) + " from rank " + std::to_string(m.from));
     }
@@ -128,7 +164,11 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
   auto send_ready = [&](const UnitWork& w, int l, size_t j, int consumer) {
     const LocalRankWork& lw = w.locals[size_t(l)];
     CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version), {}};
-    transport->send(consumer, r);
+    try {
+      transport->send(consumer, r);
+    } catch (const PeerFailure&) {
+      // detected on the next poll or by the timeout
+    }
     ++st.messages;
   };
 
@@ -170,10 +210,16 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
           }
           device->copy(jobs);
         }
-        int n_consumers = int(consumers_of_local(l).size());
-        lw.packed[lw.next] = PackedChunk{*off, ch.bytes, n_consumers, device->fence(Lane::kMain), false};
-        w.outstanding += n_consumers;
-        st.bytes_out += ch.bytes * n_consumers;
+        std::vector<int> consumers = consumers_of_local(l);
+        PackedChunk& pc = lw.packed[lw.next];
+        pc = PackedChunk{*off, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), device->fence(Lane::kMain), false,
+                         false};
+        for (int c : consumers) {
+          if (!peers.owed[c]++ && !peers.last_heard.count(c)) peers.last_heard[c] = now_s();
+        }
+        w.outstanding += int64_t(consumers.size());
+        st.bytes_out += ch.bytes * int64_t(consumers.size());
+        if (consumers.empty()) release_chunk(w, pc);
         ++lw.next;
         did = true;
       }
@@ -181,27 +227,63 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
     return did;
   };
 
+  auto fully_packed = [&](UnitWork& w) {
+    if (!w.gathered) return false;
+    for (int l = 0; l < num_locals; ++l) {
+      const LocalRankWork& lw = w.locals[size_t(l)];
+      if (consumers_of_local(l).empty()) continue;
+      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !lw.have_request) return false;
+      if (lw.next < lw.chunks.size()) return false;
+      for (const PackedChunk& pc : lw.packed)
+        if (!pc.ready && !pc.waiting.empty()) return false;
+    }
+    return true;
+  };
+
   auto unit_finished = [&](UnitWork& w) {
     if (!w.gathered) return false;
-    for (const LocalRankWork& lw : w.locals) {
+    for (int l = 0; l < num_locals; ++l) {
+      const LocalRankWork& lw = w.locals[size_t(l)];
+      bool any_live = !consumers_of_local(l).empty();
+      if (!any_live) continue;  // every replica of this local rank is down: nothing to serve
       if (!lw.chunks.empty() && (!lw.have_request || lw.next < lw.chunks.size())) return false;
+      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !lw.have_request) return false;
       for (const PackedChunk& pc : lw.packed)
-        if (!pc.ready) return false;
+        if (!pc.ready && !pc.waiting.empty()) return false;
     }
-    for (int l = 0; l < num_locals; ++l)
-      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !w.locals[size_t(l)].have_request) return false;
     return w.outstanding == 0;
   };
 
+  double next_check = now_s() + 0.1;
   while (released < num_units) {
     bool progressed = false;
     CtrlMsg m;
-    while (transport->poll(&m)) {
-      handle(m);
+    try {
+      while (transport->poll(&m)) {
+        handle(m);
+        progressed = true;
+      }
+    } catch (const PeerFailure& failure) {
+      drop_consumer(failure.peer());
       progressed = true;
     }
+    if (now_s() > next_check) {
+      next_check = now_s() + 0.1;
+      std::vector<int> silent;
+      for (auto& [c, owed] : peers.owed)
+        if (owed > 0 && now_s() - peers.last_heard[c] > opt.failure_timeout_s) silent.push_back(c);
+      for (int c : silent) drop_consumer(c);
+    }
     transport->progress();
-    while (next_gather < num_units && int(active.size()) < inflight) start_unit(next_gather++);
+    // `inflight` bounds the units whose gathered tensors are held; a unit drops them once
+    // every chunk is packed, and waits for its consumers' DONEs on send-buffer space only,
+    // so a straggler holds other replicas back only when the send buffer is full.
+    int holding = 0;
+    for (const auto& [u, w] : active) holding += w->gather != nullptr;
+    while (next_gather < num_units && holding < inflight) {
+      start_unit(next_gather++);
+      ++holding;
+    }
     for (auto it = active.begin(); it != active.end();) {
       UnitWork& w = *it->second;
       if (!w.gathered) {
@@ -214,6 +296,12 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
         }
       }
       if (w.gathered) progressed |= pack_some(w);
+      if (w.gather && fully_packed(w)) {  // the gathered tensors are no longer needed
+        meter.sub(w.staged);
+        w.staged = 0;
+        w.gather.reset();
+        progressed = true;
+      }
       if (unit_finished(w)) {
         meter.sub(w.staged);
         it = active.erase(it);
@@ -227,10 +315,16 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
     // flight (yield, no sleep).
     bool gathering = false;
     for (const auto& [u, w] : active) gathering = gathering || !w->gathered;
+    if (progressed) beat();
     if (progressed || gathering) backoff.progress();
     if (!progressed) backoff.pause();
   }
-  transport->flush_sends();
+  // A consumer that died after its last DONE may still hold undelivered messages.
+  for (int c : transport->flush_sends_within(opt.failure_timeout_s))
+    if (c >= world.num_trainers && !dead[size_t(c)]) {
+      declare_dead(c);
+      ++st.peers_lost;
+    }
   device->synchronize();
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();

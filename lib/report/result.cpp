@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <ctime>
 #include <ostream>
@@ -46,6 +47,7 @@ EngineSummary summarize(const EngineRun& run) {
     ++s.timed_syncs;
     double t = 0;
     for (const RankStats& r : ranks) {
+      if (!r.reported) continue;  // dead, or its replica down
       t = std::max(t, r.total_s);
       messages += r.messages;
       gets += r.gets;
@@ -136,8 +138,11 @@ nlohmann::json run_json(const EngineRun& run) {
     nlohmann::json ranks = nlohmann::json::array();
     double t = 0;
     for (const RankStats& r : run.syncs[k]) {
-      t = std::max(t, r.total_s);
+      if (r.reported) t = std::max(t, r.total_s);
       ranks.push_back({{"rank", r.rank},
+                       {"reported", r.reported != 0},
+                       {"stood_down", r.stood_down != 0},
+                       {"peers_lost", r.peers_lost},
                        {"role", r.trainer ? "trainer" : "inference"},
                        {"total_s", r.total_s},
                        {"gather_s", r.gather_s},
@@ -158,6 +163,25 @@ nlohmann::json run_json(const EngineRun& run) {
   nlohmann::json j = summary_json(summarize(run));
   j["syncs"] = syncs;
   return j;
+}
+
+std::vector<double> replica_completion(const EngineRun& run, int first_inference_rank) {
+  std::map<int, std::vector<double>> per;  // replica -> per timed sync max total_s
+  for (size_t k = size_t(run.warmup); k < run.syncs.size(); ++k) {
+    std::map<int, double> worst;
+    for (const RankStats& r : run.syncs[k])
+      if (!r.trainer && r.reported && r.rank >= first_inference_rank)
+        worst[r.replica] = std::max(worst[r.replica], r.total_s);
+    for (auto& [rep, t] : worst) per[rep].push_back(t);
+  }
+  std::vector<double> out;
+  for (auto& [rep, v] : per) {
+    if (int(out.size()) <= rep) out.resize(size_t(rep) + 1, -1);
+    double s = 0;
+    for (double x : v) s += x;
+    out[size_t(rep)] = v.empty() ? -1 : s / double(v.size());
+  }
+  return out;
 }
 
 nlohmann::json provenance(int argc, char** argv) {

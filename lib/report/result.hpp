@@ -46,6 +46,9 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
 nlohmann::json summary_json(const EngineSummary& s);
 nlohmann::json run_json(const EngineRun& run);
 
+// Per replica: mean over timed syncs of its slowest rank's time (-1: never reported).
+std::vector<double> replica_completion(const EngineRun& run, int first_inference_rank);
+
 // Provenance common to every result file.
 nlohmann::json provenance(int argc, char** argv);
 

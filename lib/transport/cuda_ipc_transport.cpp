@@ -94,6 +94,7 @@ class CudaIpcTransport : public Transport {
   bool poll(CtrlMsg* msg) override { return ctrl_.poll(msg); }
   void progress() override { ctrl_.progress(); }
   void flush_sends() override { ctrl_.flush_sends(); }
+  void forget_peer(int peer) override { ctrl_.forget_peer(peer); }
   void shutdown() override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     ctrl_.shutdown();  // a barrier: nobody reads our buffer past it

@@ -65,6 +65,10 @@ class HybridTransport : public Transport {
     local_->shutdown();
     remote_->shutdown();
   }
+  void forget_peer(int peer) override {
+    local_->forget_peer(peer);
+    remote_->forget_peer(peer);
+  }
 
  private:
   std::unique_ptr<Transport> local_, remote_;

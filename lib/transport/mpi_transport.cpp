@@ -1,5 +1,6 @@
 // MPI implementation: one RMA window over every rank's exported region (passive target,
 // lock_all once), MPI_Rget for one-sided reads, MPI_Isend/MPI_Improbe for control.
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -85,7 +86,7 @@ Transport::GetId MpiTransport::get(int peer, size_t remote_offset, size_t local_
   if (two_sided_) {
     int tag = kReadDataBase + int(id % 22000);
     MPI_CHECK(MPI_Irecv(landing_ + local_offset, int(bytes), MPI_BYTE, peer, tag, comm_, &req));
-    sends_.push_back(Pending{std::vector<uint8_t>(3 * sizeof(int64_t)), MPI_REQUEST_NULL});
+    sends_.push_back(Pending{std::vector<uint8_t>(3 * sizeof(int64_t)), MPI_REQUEST_NULL, peer});
     int64_t hdr[3] = {int64_t(remote_offset), int64_t(bytes), tag};
     std::memcpy(sends_.back().bytes.data(), hdr, sizeof hdr);
     MPI_CHECK(MPI_Isend(sends_.back().bytes.data(), int(sizeof hdr), MPI_BYTE, peer, kReadReqTag, comm_, &sends_.back().req));
@@ -108,8 +109,22 @@ bool MpiTransport::test(GetId id) {
   return done != 0;
 }
 
+void MpiTransport::forget_peer(int peer) {
+  forgotten_.push_back(peer);
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (it->peer == peer) {
+      MPI_Cancel(&it->req);
+      MPI_Request_free(&it->req);
+      it = sends_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void MpiTransport::send(int peer, const CtrlMsg& msg) {
-  sends_.push_back(Pending{encode(msg), MPI_REQUEST_NULL});
+  if (std::find(forgotten_.begin(), forgotten_.end(), peer) != forgotten_.end()) return;
+  sends_.push_back(Pending{encode(msg), MPI_REQUEST_NULL, peer});
   Pending& p = sends_.back();
   MPI_CHECK(MPI_Isend(p.bytes.data(), int(p.bytes.size()), MPI_BYTE, peer, kCtrlTag, comm_, &p.req));
 }

@@ -23,11 +23,13 @@ class MpiTransport : public Transport {
   void progress() override;
   void flush_sends() override;
   void shutdown() override;
+  void forget_peer(int peer) override;
 
  private:
   struct Pending {
     std::vector<uint8_t> bytes;
     MPI_Request req;
+    int peer = -1;
   };
   void serve_reads();  // two-sided mode: answer peers' read requests from the export region
 
@@ -43,6 +45,7 @@ class MpiTransport : public Transport {
   std::deque<Pending> sends_;  // deque: element addresses stay valid while MPI holds them
   std::unordered_map<GetId, MPI_Request> gets_;
   std::string rma_error_;
+  std::vector<int> forgotten_;
   GetId next_id_ = 1;
 };
 

@@ -76,9 +76,47 @@ class Transport {
   virtual void progress() = 0;
   // Completes every outstanding send (called before the rank leaves a phase).
   virtual void flush_sends() = 0;
+  // As flush_sends, but gives up after timeout_s: returns the peers whose sends are still
+  // pending (presumed dead; their sends are dropped). Transports without failure handling
+  // wait for everything.
+  virtual std::vector<int> flush_sends_within(double timeout_s) {
+    (void)timeout_s;
+    flush_sends();
+    return {};
+  }
+  // A peer is gone: drop what is pending to it and never wait for it again.
+  virtual void forget_peer(int peer) { (void)peer; }
+
+  // Rejoin (a replacement process takes a dead rank's place without MPI). Transports that
+  // cannot add a peer after start-up say so; UCX can.
+  virtual bool supports_rejoin() const { return false; }
+  // After bootstrap: how a process outside the MPI job reaches this rank (worker address,
+  // exported region and its packed key), as opaque bytes.
+  virtual std::vector<uint8_t> contact() const { throw_no_rejoin(); }
+  // Instead of bootstrap, in a replacement process: become world rank `rank` of `size`,
+  // register `reg`, and open endpoints to the peers whose contacts are non-empty.
+  virtual void join(int rank, int size, const std::vector<std::vector<uint8_t>>& contacts, const Registration& reg) {
+    (void)rank, (void)size, (void)contacts, (void)reg;
+    throw_no_rejoin();
+  }
+  // In the job: `peer` is now the process behind `contact` (its old endpoint is dropped).
+  virtual void accept_peer(int peer, const std::vector<uint8_t>& contact) {
+    (void)peer, (void)contact;
+    throw_no_rejoin();
+  }
+  // One message to a process known only by its contact (refusing a replacement).
+  virtual void send_to_contact(const std::vector<uint8_t>& contact, const CtrlMsg& msg) {
+    (void)contact, (void)msg;
+    throw_no_rejoin();
+  }
   // Collective over the bootstrap communicator, on the normal path only: releases
   // registrations. Destructors never call collectives (an error path must not hang).
   virtual void shutdown() = 0;
+
+ protected:
+  [[noreturn]] void throw_no_rejoin() const {
+    throw std::runtime_error("transport " + name() + " cannot take a replacement process (rejoin needs --transport ucx)");
+  }
 };
 
 // The registry: implementations this build has, in order of preference.

@@ -7,6 +7,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+
 #include "transport/wire.hpp"
 
 namespace shardsync {
@@ -86,23 +88,8 @@ void UcxTransport::bootstrap(MPI_Comm world, const Registration& reg) {
   int size = 0;
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size));
-  landing_ = static_cast<uint8_t*>(reg.landing_base);
-  landing_bytes_ = reg.landing_bytes;
 
-  auto map = [&](void* base, size_t bytes, ucp_mem_h* memh) {
-    if (!base || bytes == 0) return;
-    ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = base;
-    mp.length = bytes;
-    if (reg.kind == MemKind::kCuda) {
-      mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-      mp.memory_type = UCS_MEMORY_TYPE_CUDA;
-    }
-    UCS_CHECK(ucp_mem_map(context_, &mp, memh));
-  };
-  map(reg.export_base, reg.export_bytes, &export_memh_);
-  map(reg.landing_base, reg.landing_bytes, &landing_memh_);
+  map_memory(reg);
 
   // Worker addresses.
   ucp_address_t* addr = nullptr;
@@ -140,27 +127,143 @@ void UcxTransport::bootstrap(MPI_Comm world, const Registration& reg) {
   MPI_CHECK(MPI_Allgather(my_region, 2, MPI_UINT64_T, regions.data(), 2, MPI_UINT64_T, comm_));
 
   peers_.resize(size_t(size));
-  err_args_.resize(size_t(size));
-  for (int i = 0; i < size; ++i) {
-    err_args_[size_t(i)] = EpErrorArg{this, i};
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[size_t(i)]);
-    // Peer error handling excludes transports without failure detection (UCX 1.13's shared
-    // memory), so it is on only when asked for (fault-tolerant runs; free on InfiniBand).
-    ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
-      auto* a = static_cast<EpErrorArg*>(arg);
-      a->self->mark_failed(a->peer);
-    };
-    ep.err_handler.arg = &err_args_[size_t(i)];
-    UCS_CHECK(ucp_ep_create(worker_, &ep, &peers_[size_t(i)].ep));
-    peers_[size_t(i)].remote_base = regions[size_t(i) * 2];
-    peers_[size_t(i)].remote_bytes = regions[size_t(i) * 2 + 1];
-    if (rlens[size_t(i)] > 0)
-      UCS_CHECK(ucp_ep_rkey_unpack(peers_[size_t(i)].ep, rkeys.data() + rdispls[size_t(i)], &peers_[size_t(i)].rkey));
+  for (int i = 0; i < size; ++i)
+    connect(i, all.data() + displs[size_t(i)], regions[size_t(i) * 2], size_t(regions[size_t(i) * 2 + 1]),
+            rlens[size_t(i)] > 0 ? rkeys.data() + rdispls[size_t(i)] : nullptr, size_t(rlens[size_t(i)]));
+}
+
+void UcxTransport::map_memory(const Registration& reg) {
+  landing_ = static_cast<uint8_t*>(reg.landing_base);
+  landing_bytes_ = reg.landing_bytes;
+  export_base_ = reg.export_base;
+  export_bytes_ = reg.export_bytes;
+  auto map = [&](void* base, size_t bytes, ucp_mem_h* memh) {
+    if (!base || bytes == 0) return;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = base;
+    mp.length = bytes;
+    if (reg.kind == MemKind::kCuda) {
+      mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+      mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
+    UCS_CHECK(ucp_mem_map(context_, &mp, memh));
+  };
+  map(reg.export_base, reg.export_bytes, &export_memh_);
+  map(reg.landing_base, reg.landing_bytes, &landing_memh_);
+}
+
+void UcxTransport::connect(int peer, const uint8_t* address, uint64_t base, size_t bytes, const uint8_t* rkey,
+                           size_t rkey_len) {
+  Peer& p = peers_.at(size_t(peer));
+  err_args_.push_back(EpErrorArg{this, peer, p.generation});
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address);
+  // Peer error handling excludes transports without failure detection (UCX 1.13's shared
+  // memory), so it is on only when asked for (fault-tolerant runs; free on InfiniBand).
+  ep.err_mode = peer_errors_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
+    auto* a = static_cast<EpErrorArg*>(arg);
+    if (a->self->peers_[size_t(a->peer)].generation == a->generation) a->self->mark_failed(a->peer);
+  };
+  ep.err_handler.arg = &err_args_.back();
+  UCS_CHECK(ucp_ep_create(worker_, &ep, &p.ep));
+  p.remote_base = base;
+  p.remote_bytes = bytes;
+  if (rkey && rkey_len > 0) UCS_CHECK(ucp_ep_rkey_unpack(p.ep, rkey, &p.rkey));
+}
+
+// Contact bytes: magic, address length, rkey length, region base and size, address, rkey.
+namespace {
+constexpr uint32_t kContactMagic = 0x53534331u + 7;
+struct ContactHeader {
+  uint32_t magic;
+  uint32_t address_bytes;
+  uint32_t rkey_bytes;
+  uint32_t pad;
+  uint64_t base;
+  uint64_t bytes;
+};
+}  // namespace
+
+std::vector<uint8_t> UcxTransport::contact() const {
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  UCS_CHECK(ucp_worker_get_address(worker_, &addr, &addr_len));
+  void* rkey_buf = nullptr;
+  size_t rkey_len = 0;
+  if (export_memh_) UCS_CHECK(ucp_rkey_pack(context_, export_memh_, &rkey_buf, &rkey_len));
+  ContactHeader h{kContactMagic, uint32_t(addr_len), uint32_t(rkey_len), 0,
+                  uint64_t(reinterpret_cast<uintptr_t>(export_base_)), uint64_t(export_bytes_)};
+  std::vector<uint8_t> out(sizeof h + addr_len + rkey_len);
+  std::memcpy(out.data(), &h, sizeof h);
+  std::memcpy(out.data() + sizeof h, addr, addr_len);
+  if (rkey_len) std::memcpy(out.data() + sizeof h + addr_len, rkey_buf, rkey_len);
+  ucp_worker_release_address(worker_, addr);
+  if (rkey_buf) ucp_rkey_buffer_release(rkey_buf);
+  return out;
+}
+
+void UcxTransport::connect_contact(int peer, const std::vector<uint8_t>& c) {
+  ContactHeader h{};
+  if (c.size() < sizeof h) throw Error("ucx: contact of rank " + std::to_string(peer) + " is truncated");
+  std::memcpy(&h, c.data(), sizeof h);
+  if (h.magic != kContactMagic || c.size() != sizeof h + h.address_bytes + h.rkey_bytes || h.address_bytes == 0)
+    throw Error("ucx: contact of rank " + std::to_string(peer) + " is malformed");
+  connect(peer, c.data() + sizeof h, h.base, size_t(h.bytes), h.rkey_bytes ? c.data() + sizeof h + h.address_bytes : nullptr,
+          h.rkey_bytes);
+}
+
+void UcxTransport::join(int rank, int size, const std::vector<std::vector<uint8_t>>& contacts, const Registration& reg) {
+  if (!supports(reg.kind)) throw Error("ucx transport: this UCX has no support for the requested memory kind");
+  if (const char* tls = getenv("UCX_TLS")) tls_ = tls;
+  if (const char* pe = getenv("SHARDSYNC_UCX_PEER_ERRORS")) peer_errors_ = std::string(pe) == "1";
+  rank_ = rank;
+  map_memory(reg);
+  peers_.assign(size_t(size), Peer{});
+  for (int i = 0; i < size && i < int(contacts.size()); ++i)
+    if (!contacts[size_t(i)].empty()) connect_contact(i, contacts[size_t(i)]);
+}
+
+void UcxTransport::close_peer(int peer) {
+  Peer& p = peers_.at(size_t(peer));
+  if (p.rkey) ucp_rkey_destroy(p.rkey);
+  p.rkey = nullptr;
+  if (p.ep) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // the old process is gone: nothing to flush
+    wait_request(worker_, ucp_ep_close_nbx(p.ep, &param));
   }
+  p.ep = nullptr;
+}
+
+void UcxTransport::accept_peer(int peer, const std::vector<uint8_t>& c) {
+  forget_peer(peer);
+  // Sends still queued to the old process finish as cancelled; they belong to the old generation.
+  close_peer(peer);
+  ++peers_.at(size_t(peer)).generation;
+  connect_contact(peer, c);
+  failed_.erase(peer);
+}
+
+void UcxTransport::send_to_contact(const std::vector<uint8_t>& c, const CtrlMsg& msg) {
+  // A temporary peer slot past the world: one message, flushed, then closed.
+  int slot = int(peers_.size());
+  peers_.emplace_back();
+  connect_contact(slot, c);
+  std::vector<uint8_t> bytes = encode(msg);
+  ucp_request_param_t param{};
+  ucs_status_t st =
+      wait_request(worker_, ucp_tag_send_nbx(peers_[size_t(slot)].ep, bytes.data(), bytes.size(), kCtrlTagHigh | uint32_t(rank_), &param));
+  close_peer(slot);
+  peers_.pop_back();
+  if (st != UCS_OK) throw_ucs(st, "ucp_tag_send_nbx (to a replacement)", __FILE__, __LINE__);
+}
+
+void UcxTransport::forget_peer(int peer) {
+  failed_.insert(peer);  // its queued sends move to abandoned_ on the next progress()
 }
 
 void UcxTransport::check_peer(int peer) const {
@@ -216,8 +319,8 @@ bool UcxTransport::test(GetId id) {
 }
 
 void UcxTransport::send(int peer, const CtrlMsg& msg) {
-  check_peer(peer);
-  sends_.push_back(PendingSend{encode(msg), nullptr, peer});
+  if (failed_.count(peer)) return;  // forgotten: nothing more goes to it
+  sends_.push_back(PendingSend{encode(msg), nullptr, peer, peers_.at(size_t(peer)).generation});
   PendingSend& s = sends_.back();
   ucp_request_param_t param{};
   void* req = ucp_tag_send_nbx(peers_.at(size_t(peer)).ep, s.bytes.data(), s.bytes.size(), kCtrlTagHigh | uint32_t(rank_),
@@ -249,6 +352,11 @@ void UcxTransport::progress() {
   ucp_worker_progress(worker_);
   while (!sends_.empty()) {
     PendingSend& s = sends_.front();
+    if (failed_.count(s.peer) || s.generation != peers_[size_t(s.peer)].generation) {
+      abandoned_.push_back(std::move(s));  // a dead peer's send may never complete
+      sends_.pop_front();
+      continue;
+    }
     if (s.req != nullptr) {
       ucs_status_t st = ucp_request_check_status(s.req);
       if (st == UCS_INPROGRESS) break;
@@ -257,15 +365,31 @@ void UcxTransport::progress() {
     }
     sends_.pop_front();
   }
+  // Abandoned sends keep their bytes until UCX lets go of them (an endpoint closed when a
+  // replacement takes the rank over completes them).
+  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+    if (it->req && ucp_request_check_status(it->req) == UCS_INPROGRESS) {
+      ++it;
+      continue;
+    }
+    if (it->req) ucp_request_free(it->req);
+    it = abandoned_.erase(it);
+  }
 }
 
 void UcxTransport::flush_sends() {
-  while (!sends_.empty()) {
-    progress();
-    if (!sends_.empty() && failed_.count(sends_.front().peer)) {
-      if (sends_.front().req) ucp_request_cancel(worker_, sends_.front().req);
-    }
-  }
+  while (!sends_.empty()) progress();
+}
+
+std::vector<int> UcxTransport::flush_sends_within(double timeout_s) {
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  double deadline = now() + timeout_s;
+  while (!sends_.empty() && now() < deadline) progress();
+  std::set<int> stuck;
+  for (const PendingSend& s : sends_) stuck.insert(s.peer);
+  for (int p : stuck) forget_peer(p);
+  progress();
+  return std::vector<int>(stuck.begin(), stuck.end());
 }
 
 void UcxTransport::shutdown() {

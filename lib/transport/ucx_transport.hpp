@@ -24,11 +24,18 @@ class UcxTransport : public Transport {
   bool poll(CtrlMsg* msg) override;
   void progress() override;
   void flush_sends() override;
+  std::vector<int> flush_sends_within(double timeout_s) override;
   void shutdown() override;
 
   // Peers whose endpoint reported an error (filled by UCX's error callback).
   const std::set<int>& failed_peers() const { return failed_; }
   void mark_failed(int peer) { failed_.insert(peer); }
+  void forget_peer(int peer) override;
+  bool supports_rejoin() const override { return true; }
+  std::vector<uint8_t> contact() const override;
+  void join(int rank, int size, const std::vector<std::vector<uint8_t>>& contacts, const Registration& reg) override;
+  void accept_peer(int peer, const std::vector<uint8_t>& contact) override;
+  void send_to_contact(const std::vector<uint8_t>& contact, const CtrlMsg& msg) override;
 
  private:
   struct Peer {
@@ -36,17 +43,25 @@ class UcxTransport : public Transport {
     uint64_t remote_base = 0;
     size_t remote_bytes = 0;
     ucp_rkey_h rkey = nullptr;
+    uint32_t generation = 0;  // bumped when a replacement takes the rank over
   };
   struct PendingSend {
     std::vector<uint8_t> bytes;
     void* req = nullptr;
     int peer = -1;
+    uint32_t generation = 0;
   };
   struct EpErrorArg {
     UcxTransport* self;
     int peer;
+    uint32_t generation;
   };
   void check_peer(int peer) const;
+  void map_memory(const Registration& reg);
+  // An endpoint (and rkey, if the contact carries one) to the process behind `contact`.
+  void connect(int peer, const uint8_t* address, uint64_t base, size_t bytes, const uint8_t* rkey, size_t rkey_len);
+  void connect_contact(int peer, const std::vector<uint8_t>& contact);
+  void close_peer(int peer);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -56,8 +71,11 @@ class UcxTransport : public Transport {
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;
   std::vector<Peer> peers_;
-  std::vector<EpErrorArg> err_args_;
+  std::deque<EpErrorArg> err_args_;  // stable addresses for UCX's error callback
+  void* export_base_ = nullptr;
+  size_t export_bytes_ = 0;
   std::deque<PendingSend> sends_;
+  std::deque<PendingSend> abandoned_;  // to peers declared dead
   std::unordered_map<GetId, std::pair<void*, int>> gets_;  // request, peer
   GetId next_id_ = 1;
   std::set<int> failed_;

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# failure_check.sh MODE SHARDSYNC
+# Replica failure and stragglers on the bundled tiny MoE (6 ranks: 2 trainers, 2 inference
+# replicas of 2 ranks each; replica 1 is world ranks 4 and 5).
+#   selfkill  world rank 5 SIGKILLs itself mid-sync 2 (--fail-at)
+#   sigkill   this script SIGKILLs world rank 5 from outside while syncs run
+#   straggler world rank 5 sleeps after every chunk; only replica 1 may be slower
+#   trainer   this script SIGKILLs trainer rank 1: not survivable, so every rank must exit on
+#             its stall watchdog (bounded), none may hang
+#   rejoin    world rank 5 dies at sync 2; a replacement (shardsync join) takes its place
+#             through the rendezvous directory, and replica 1 comes back up verified
+# Passes when the job exits 0 with every sync of the surviving replica verified, replica 1
+# reported down (kill modes) or slower than replica 0 by a wide ratio (straggler).
+set -u
+mode="$1"; ss="$2"
+limit=${FAILURE_CHECK_TIMEOUT:-120}
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+log="$dir/log"
+# Open MPI must not tear the job down when one rank dies (README, failure model).
+mca=(--mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1)
+common=(sync --layout tiny-moe-local -e v3 --warmup 1 --failure-timeout 2 --json "$dir/out.json")
+
+fail() { echo "FAIL ($mode): $*"; tail -40 "$log"; exit 1; }
+
+case "$mode" in
+  selfkill)
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 4 --fail-at sync=2,rank=5 \
+      </dev/null >"$log" 2>&1
+    rc=$?
+    ;;
+  sigkill)
+    # The victim is slowed so that a sync lasts long enough to be caught in the middle.
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 30 \
+      --slow-rank 5 --slow-ms 40 </dev/null >"$log" 2>&1 &
+    job=$!
+    victim=""
+    for _ in $(seq 1 600); do
+      if grep -q "v3 sync 3/" "$log" 2>/dev/null; then
+        for pid in $(pgrep -f "$(basename "$ss") sync"); do
+          tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=5' && victim=$pid
+        done
+        break
+      fi
+      sleep 0.1
+    done
+    [[ -n "$victim" ]] || { kill -- -"$job" 2>/dev/null; fail "did not find world rank 5 running"; }
+    kill -9 "$victim"
+    echo "killed world rank 5 (pid $victim)"
+    wait "$job"
+    rc=$?
+    ;;
+  straggler)
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 4 \
+      --slow-rank 5 --slow-ms 30 </dev/null >"$log" 2>&1
+    rc=$?
+    ;;
+  trainer)
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 200 \
+      --slow-rank 5 --slow-ms 20 --stall-timeout 3 </dev/null >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 600); do grep -q "v3 sync 3/" "$log" && break; sleep 0.1; done
+    victim=""
+    for pid in $(pgrep -f "$(basename "$ss") sync"); do
+      tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$pid
+    done
+    [[ -n "$victim" ]] || { kill -- -"$job" 2>/dev/null; fail "did not find trainer rank 1 running"; }
+    kill -9 "$victim"
+    wait "$job"
+    rc=$?
+    [[ $rc -ne 124 ]] || fail "timed out (hang) after trainer rank 1 died"
+    n=$(grep -c "no progress for [0-9]* s inside the run" "$log")
+    [[ $n -ge 5 ]] || fail "expected the 5 surviving ranks to exit on their stall watchdog, saw $n"
+    echo "ok: trainer rank 1 killed; the $n other ranks exited on their stall watchdog"
+    exit 0
+    ;;
+  rejoin)
+    # Replica 0 is slowed so that the run outlasts detection and the replacement's start.
+    mkdir -p "$dir/rdv"
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 24 --fail-at sync=2,rank=5 \
+      --slow-rank 2 --slow-ms 25 --rendezvous "$dir/rdv" </dev/null >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 600); do grep -q "replicas down: 1" "$log" && break; sleep 0.1; done
+    grep -q "replicas down: 1" "$log" || { wait "$job"; fail "replica 1 never went down"; }
+    # A replacement started with other buffer options is refused, naming the contact file.
+    bad=$(timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --chunk 1M 2>&1)
+    [[ $? -ne 0 ]] && grep -q "trainer-0.contact: fingerprint: the job runs .*chunk 4194304.*this replacement was started for .*chunk 1048576" <<<"$bad" ||
+      { wait "$job"; fail "a mismatched replacement was not refused clearly: $bad"; }
+    timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --json "$dir/join.json" \
+      >"$dir/join.log" 2>&1
+    jrc=$?
+    wait "$job"
+    rc=$?
+    [[ $jrc -eq 0 ]] || { cat "$dir/join.log"; fail "replacement exit $jrc"; }
+    grep -qE "rank 5 rejoined at weights version [0-9]+ and served [0-9]+ syncs; every byte verified" "$dir/join.log" ||
+      { cat "$dir/join.log"; fail "replacement did not verify its syncs"; }
+    ;;
+  *) echo "usage: $0 selfkill|sigkill|straggler|trainer|rejoin SHARDSYNC"; exit 2 ;;
+esac
+
+[[ $rc -ne 124 ]] || fail "timed out (hang)"
+[[ $rc -eq 0 ]] || fail "exit $rc, expected 0"
+syncs=$(grep -cE "^# v3 sync [0-9]+/" "$log")
+[[ $syncs -ge 5 ]] || fail "expected at least 5 syncs, saw $syncs"
+grep -E "^# v3 sync [0-9]+/" "$log" | grep -vq " 0 wrong" && fail "a sync had wrong elements"
+grep -qE "^  v3 +[0-9]+ .* 0 +-$" "$log" || fail "no v3 summary row with 0 wrong"
+[[ -s "$dir/out.json" ]] || fail "no JSON result"
+
+if [[ $mode == straggler ]]; then
+  grep -q "replicas down" "$log" && fail "a merely slow replica was taken down"
+  line=$(grep "v3 replica completion" "$log") || fail "no replica completion line"
+  r0=$(sed -E 's/.* r0 ([0-9.]+).*/\1/' <<<"$line"); r1=$(sed -E 's/.* r1 ([0-9.]+).*/\1/' <<<"$line")
+  # A ratio, not a timing: the slowed replica sleeps >= 30 ms per chunk, the other none.
+  awk -v a="$r0" -v b="$r1" 'BEGIN { exit !(b > 4 * a) }' ||
+    fail "replica 0 (${r0} s) was not spared the straggler in replica 1 (${r1} s)"
+  echo "ok: replica 0 ${r0} s, slowed replica 1 ${r1} s, nothing taken down"
+elif [[ $mode == rejoin ]]; then
+  grep -qE "^# v3 sync [0-9]+/[0-9]+: .* 0 wrong, rank 5 replaced \(replica 1 up again\)$" "$log" ||
+    fail "no progress line with the replacement"
+  grep -qE "^# failures: replica 1 down at v3 sync 3; rank 5 replaced at v3 sync [0-9]+; every replica up at the end" "$log" ||
+    fail "no failures line with the rejoin"
+  grep -qE "^# v3 sync ${syncs}/${syncs}: .* 0 wrong$" "$log" || fail "last sync not verified with every replica up"
+  python3 - "$dir/out.json" "$dir/join.json" <<'EOF' || fail "JSON lacks the events or the replacement's syncs"
+import json, sys
+job, rep = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+kinds = [e["event"] for e in job["events"]]
+ok = kinds == ["replica_down", "rejoin"] and job["replicas_down"] == []
+r = rep["replacement"]
+ok = ok and r["rank"] == 5 and r["mismatches"] == 0 and len(r["syncs"]) >= 1
+sys.exit(0 if ok else 1)
+EOF
+  echo "ok: replica 1 down at sync 3, rank 5 replaced and verified, every replica up through sync $syncs/$syncs"
+else
+  grep -qE "^# failures: replica 1 down at v3 sync [0-9]+; replicas 1 down at the end" "$log" || fail "replica 1 not reported down"
+  grep -qE "^# v3 sync ${syncs}/${syncs}: .* 0 wrong, replicas down: 1$" "$log" || fail "last sync not verified with replica 1 down"
+  python3 - "$dir/out.json" <<'EOF' || fail "JSON lacks replicas_down [1]"
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1])).get("replicas_down") == [1] else 1)
+EOF
+  echo "ok: replica 1 down, replica 0 verified through sync $syncs/$syncs"
+fi
