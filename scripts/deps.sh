@@ -11,7 +11,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox
+  gnuplot-nox python3
   clang libclang-rt-14-dev
 )
 

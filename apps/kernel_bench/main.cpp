@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "common/table.hpp"
 #include "engine/device.hpp"
+#include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
 #include "layout/parse.hpp"
 #include "plan/plan.hpp"
@@ -83,20 +84,8 @@ int run(const Options& o) {
                            make_pack_desc(SubView::contiguous(p.shape), 0), int32_t(dtype_bytes(p.dtype)), false}});
     }
     int32_t eb = int32_t(dtype_bytes(p.dtype));
-    CopyDesc to_buf = e->copy;
-    int64_t stride = 1;
-    for (size_t k = to_buf.dims.size(); k-- > 0;) {
-      to_buf.dims[k].dst_stride = stride;
-      stride *= to_buf.dims[k].size;
-    }
-    to_buf.dst_offset = 0;
-    CopyDesc from_buf = e->copy;
-    stride = 1;
-    for (size_t k = from_buf.dims.size(); k-- > 0;) {
-      from_buf.dims[k].src_stride = stride;
-      stride *= from_buf.dims[k].size;
-    }
-    from_buf.src_offset = 0;
+    CopyDesc to_buf = with_contiguous_dst(e->copy);  // HF tensor -> packed at 0
+    CopyDesc from_buf = with_contiguous_src(e->copy);  // packed at 0 -> engine parameter
     pack.push_back(CopyJob{hf[size_t(e->hf_param)].data(), packed.data() + off, to_buf, eb});
     unpack.push_back(CopyJob{packed.data() + off, params[size_t(e->engine_param)].data(), from_buf, eb});
   }

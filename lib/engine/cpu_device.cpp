@@ -1,7 +1,10 @@
 // The CPU twin of the device: host memory, synchronous main lane, a background thread for
 // the background lane.
+#include <algorithm>
 #include <cstring>
 #include <cstdlib>
+
+#include <sys/mman.h>
 
 #include "common/error.hpp"
 #include "engine/device.hpp"
@@ -51,20 +54,40 @@ VerifyResult cpu_verify(const std::vector<SynthJob>& jobs) {
 
 namespace {
 
+// Test hook: SHARDSYNC_TEST_SLOW_COPY=K runs every pack/unpack copy K times (a deliberately
+// slowed kernel, which the performance gate must catch; tests/perf).
+int slow_copy_factor() {
+  static const int k = [] {
+    const char* v = std::getenv("SHARDSYNC_TEST_SLOW_COPY");
+    return v ? std::max(1, std::atoi(v)) : 1;
+  }();
+  return k;
+}
+
 class CpuDevice : public Device {
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  static constexpr int64_t kHugeFrom = int64_t(4) << 20;
+
  public:
   MemKind kind() const override { return MemKind::kHost; }
   std::string describe() const override { return "cpu"; }
+  // Large buffers (weights, gathered slabs, send/receive buffers) ask for transparent huge
+  // pages: strided packs and transposes touch a new 4 KiB page every few cache lines, and
+  // each TLB miss costs a page walk (two levels of them in a VM).
   uint8_t* alloc(int64_t bytes) override {
-    void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64));
+    const size_t align = bytes >= kHugeFrom ? kHugePage : 64;
+    const size_t size = (size_t(bytes) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, size);
     if (!p) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed");
+    if (align == kHugePage) (void)madvise(p, size, MADV_HUGEPAGE);  // advice only: fine if refused
     return static_cast<uint8_t*>(p);
   }
   void release(uint8_t* p) override { std::free(p); }
 
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
-    run(lane, [jobs] {
-      for (const CopyJob& j : jobs) execute_copy(j.desc, j.src, j.dst, j.elem_bytes);
+    run(lane, [jobs, times = slow_copy_factor()] {
+      for (int k = 0; k < times; ++k)
+        for (const CopyJob& j : jobs) execute_copy_fast(j.desc, j.src, j.dst, j.elem_bytes);
     });
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {

@@ -289,6 +289,17 @@ void copy_strided_inner(const CopyDim& d, const std::byte* s, std::byte* t) {
 
 }  // namespace
 
+void copy_strided_run(const CopyDim& in, const std::byte* s, std::byte* t, int64_t eb) {
+  switch (eb) {
+    case 1: copy_strided_inner<uint8_t>(in, s, t); break;
+    case 2: copy_strided_inner<uint16_t>(in, s, t); break;
+    case 4: copy_strided_inner<uint32_t>(in, s, t); break;
+    case 8: copy_strided_inner<uint64_t>(in, s, t); break;
+    default:
+      for (int64_t i = 0; i < in.size; ++i) std::memcpy(t + i * in.dst_stride * eb, s + i * in.src_stride * eb, size_t(eb));
+  }
+}
+
 void execute_copy(const CopyDesc& d, const void* src, void* dst, int64_t eb) {
   if (d.numel == 0) return;
   const auto* s0 = static_cast<const std::byte*>(src);
@@ -308,15 +319,7 @@ void execute_copy(const CopyDesc& d, const void* src, void* dst, int64_t eb) {
     if (in.src_stride == 1 && in.dst_stride == 1) {
       std::memcpy(t, s, size_t(in.size * eb));
     } else {
-      switch (eb) {
-        case 1: copy_strided_inner<uint8_t>(in, s, t); break;
-        case 2: copy_strided_inner<uint16_t>(in, s, t); break;
-        case 4: copy_strided_inner<uint32_t>(in, s, t); break;
-        case 8: copy_strided_inner<uint64_t>(in, s, t); break;
-        default:
-          for (int64_t i = 0; i < in.size; ++i)
-            std::memcpy(t + i * in.dst_stride * eb, s + i * in.src_stride * eb, size_t(eb));
-      }
+      copy_strided_run(in, s, t, eb);
     }
     for (size_t k = outer_n; k-- > 0;) {
       if (++idx[k] < d.dims[k].size) break;

@@ -79,6 +79,11 @@ CopyDesc make_pack_desc(const SubView& src, int64_t dst_offset);
 
 // CPU execution of a copy descriptor: the twin that defines the GPU kernels' semantics.
 void execute_copy(const CopyDesc& d, const void* src, void* dst, int64_t elem_bytes);
+// One innermost loop of a copy with strides other than 1 (elements of eb bytes).
+void copy_strided_run(const CopyDim& in, const std::byte* src, std::byte* dst, int64_t eb);
+// The same copy, fast (fast_copy.cpp): streaming stores for large copies, tiled transposes.
+// The CPU device runs this one; tests hold it to execute_copy.
+void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t elem_bytes);
 // Visits every (src_index, dst_index) pair in row-major order of the destination.
 template <class F>
 void for_each_index(const CopyDesc& d, F&& f) {

@@ -135,6 +135,76 @@ TEST(View, RandomChainsMatchPyTorchSemantics) {
   EXPECT_LT(inexpressible, 500);
 }
 
+// execute_copy_fast (what the CPU device runs) against the reference execute_copy: pack and
+// unpack descriptors of random chains at every element size, then the cases its fast paths
+// take (streaming stores at unaligned offsets, tiled transposes with ragged edges).
+void expect_fast_matches_reference(const CopyDesc& d, int64_t eb, int64_t src_elems, int64_t dst_elems,
+                                   const std::string& what) {
+  std::vector<std::byte> src(size_t(src_elems * eb));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::byte(uint8_t(i * 131 + (i >> 8) * 7 + 1));
+  std::vector<std::byte> ref(size_t(dst_elems * eb), std::byte{0x5a}), fast = ref;
+  execute_copy(d, src.data(), ref.data(), eb);
+  execute_copy_fast(d, src.data(), fast.data(), eb);
+  ASSERT_EQ(ref.size(), fast.size());
+  auto bad = std::mismatch(ref.begin(), ref.end(), fast.begin());
+  ASSERT_TRUE(bad.first == ref.end()) << what << ": first differing byte " << (bad.first - ref.begin());
+}
+
+TEST(View, FastCopyMatchesReferenceOnRandomChains) {
+  std::mt19937_64 rng(777);
+  const int64_t sizes[] = {1, 2, 4, 8, 6};
+  int compared = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    std::vector<int64_t> shape = {int64_t(2 + rng() % 9), int64_t(2 + rng() % 40), int64_t(1 + rng() % 37)};
+    SubView view = SubView::contiguous(shape);
+    bool ok = true;
+    for (int s = 0, steps = 1 + int(rng() % 6); s < steps && ok; ++s) {
+      try {
+        apply_op(view, random_op(rng, view.shape()));
+      } catch (const ViewError&) {
+        ok = false;
+      }
+    }
+    if (!ok) continue;
+    const int64_t eb = sizes[trial % 5], base = shape[0] * shape[1] * shape[2], off = int64_t(rng() % 5);
+    const std::string what = "trial " + std::to_string(trial) + " eb " + std::to_string(eb);
+    expect_fast_matches_reference(make_pack_desc(view, off), eb, base, view.numel() + off, what + " pack");
+    SubView packed = SubView::contiguous(view.shape());
+    expect_fast_matches_reference(make_copy_desc(packed, view), eb, view.numel(), base, what + " unpack");
+    ++compared;
+  }
+  EXPECT_GT(compared, 1200);
+}
+
+TEST(View, FastCopyMatchesReferenceOnItsFastPaths) {
+  // Streaming stores: 3 MiB rows at odd element offsets on both sides.
+  for (int64_t eb : {1, 2, 4}) {
+    SubView v = SubView::contiguous({3, (int64_t(1) << 20) / eb + 3});
+    v.narrow(1, 1, v.shape()[1] - 2);
+    expect_fast_matches_reference(make_pack_desc(v, 5), eb, v.shape()[0] * ((int64_t(1) << 20) / eb + 3),
+                                  v.numel() + 5, "streaming eb " + std::to_string(eb));
+  }
+  // A transpose with ragged tiles, as Llama-4's experts are [E, hidden, 2*inter] transposed.
+  for (int64_t eb : {1, 2, 4, 8}) {
+    SubView v = SubView::contiguous({3, 77, 130});
+    v.select(0, 1);
+    v.transpose(0, 1);
+    v.narrow(0, 33, 65);
+    expect_fast_matches_reference(make_pack_desc(v, 1), eb, 3 * 77 * 130, v.numel() + 1,
+                                  "transpose eb " + std::to_string(eb));
+    SubView all = SubView::contiguous({5, 96, 64});
+    all.permute({0, 2, 1});
+    expect_fast_matches_reference(make_pack_desc(all, 0), eb, 5 * 96 * 64, all.numel(),
+                                  "batched transpose eb " + std::to_string(eb));
+    expect_fast_matches_reference(make_copy_desc(SubView::contiguous(all.shape()), all), eb, all.numel(),
+                                  5 * 96 * 64, "transposing unpack eb " + std::to_string(eb));
+  }
+  // A large transpose: streaming sizes do not change the transposing path's result.
+  SubView big = SubView::contiguous({1024, 640});
+  big.transpose(0, 1);
+  expect_fast_matches_reference(make_pack_desc(big, 0), 2, 1024 * 640, big.numel(), "large transpose");
+}
+
 TEST(View, Llama4RopePermutationStaysAView) {
   // view(heads, hd/2, 2, h).transpose(1, 2).reshape(heads*hd, h), then a TP narrow of whole heads.
   const int64_t heads = 4, hd = 8, h = 3;

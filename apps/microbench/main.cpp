@@ -1,0 +1,344 @@
+// shardsync-microbench: Google Benchmark micro-benchmarks of the pieces a weight sync is made
+// of, for the performance gate (scripts/perf-check.py) and for anyone tuning them.
+//
+//   shardsync-microbench [--benchmark_filter=Copy] [--benchmark_out=mb.json --benchmark_out_format=json]
+//   mpirun -np 4 shardsync-microbench            # the engine benchmarks (many tiny tensors)
+//
+// One process: pack and unpack of real plan entries against memcpy of the same bytes
+// (BM_Copy/<case>/<op>), plan recording per rank (BM_PlanRecord) and plan file loading
+// (BM_PlanLoad). Under mpirun (4 ranks): one sync of each engine on a model of thousands
+// of tiny tensors (BM_EngineSync/<engine>), every byte verified, with the per-tensor cost.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "engine/device.hpp"
+#include "engine/engine.hpp"
+#include "engine/schedule.hpp"
+#include "layout/parse.hpp"
+#include "plan/plan.hpp"
+#include "plan/store.hpp"
+#include "transport/transport.hpp"
+
+using namespace shardsync;
+
+namespace {
+
+// ---- pack / unpack of real plan entries ---------------------------------------------------
+
+// Bytes of entries per case: well above the last-level cache, so memory bandwidth is measured.
+constexpr int64_t kCaseBytes = int64_t(64) << 20;
+
+struct CopyCase {
+  const char* name;
+  const char* model;
+  const char* inference;
+  std::vector<const char*> tensors;  // substrings of the HF names taken
+  const char* what;
+};
+
+const std::vector<CopyCase>& copy_cases() {
+  static const std::vector<CopyCase> cases = {
+      {"qkv_gqa", "qwen3-235b-a22b", "tp8", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+       "QKV column-parallel, 4 KV heads replicated over TP8"},
+      {"expert_w13", "qwen3-235b-a22b", "tp4", {"experts.", "gate_proj", "up_proj"},
+       "expert gate/up, MoE-TP4 narrow on dim 0"},
+      {"expert_w2", "qwen3-235b-a22b", "tp4", {"experts.", "down_proj"}, "expert down, MoE-TP4 narrow on dim 1"},
+      {"row_parallel", "qwen3-235b-a22b", "tp4", {"self_attn.o_proj"}, "o_proj row-parallel, narrow on dim 1"},
+      {"llama4_transpose", "llama-4-scout-17b-16e", "tp4", {"feed_forward.experts."},
+       "Llama-4 fused experts: chunk, transpose, TP narrow"},
+  };
+  return cases;
+}
+
+bool matches(const CopyCase& c, const std::string& name) {
+  if (c.tensors.size() == 3 && std::string(c.tensors[0]) == "experts.")  // experts.<e>.gate_proj|up_proj
+    return name.find("experts.") != std::string::npos &&
+           (name.find(c.tensors[1]) != std::string::npos || name.find(c.tensors[2]) != std::string::npos);
+  if (c.tensors.size() == 2) return name.find(c.tensors[0]) != std::string::npos && name.find(c.tensors[1]) != std::string::npos;
+  for (const char* t : c.tensors)
+    if (name.find(t) != std::string::npos) return true;
+  return false;
+}
+
+// The entries' sources and destinations, each in its own buffer holding just the span the
+// entry touches (a Llama-4 fused expert tensor is 2.7 GB; one expert's slice is enough).
+struct CopySet {
+  std::unique_ptr<Device> dev = make_cpu_device();
+  std::vector<DeviceBuffer> src, dst;
+  DeviceBuffer packed, other;
+  std::vector<CopyJob> pack, unpack;
+  std::vector<CopyDesc> direct;  // source -> destination, for the check
+  int64_t bytes = 0;
+};
+
+// Cuts the outermost loops of a copy until it moves at most `cap` bytes.
+CopyDesc trim(CopyDesc d, int64_t eb, int64_t cap) {
+  for (size_t k = 0; k + 1 < d.dims.size() && d.numel * eb > cap; ++k) {
+    const int64_t inner = d.numel / d.dims[k].size;
+    d.dims[k].size = std::max<int64_t>(1, cap / (inner * eb));
+    d.numel = inner * d.dims[k].size;
+  }
+  return d;
+}
+
+int64_t span(const CopyDesc& d, bool src) {
+  int64_t n = 1;
+  for (const CopyDim& k : d.dims) n += (k.size - 1) * (src ? k.src_stride : k.dst_stride);
+  return n;
+}
+
+CopySet build_copy_set(const CopyCase& c) {
+  ModelSpec m = load_model(c.model);
+  InferenceLayout l = parse_inference_spec(c.inference);
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  RankPlan plan = record_rank_plan(m, inf, 0);
+  CopySet s;
+  std::vector<std::pair<CopyDesc, int32_t>> picked;
+  for (const PlanEntry& e : plan.entries) {
+    if (e.is_fill() || !matches(c, m.param(e.hf_param).name)) continue;
+    const int64_t eb = dtype_bytes(m.param(e.hf_param).dtype);
+    CopyDesc d = trim(e.copy, eb, kCaseBytes / 2);
+    picked.emplace_back(d, int32_t(eb));
+    s.bytes += d.numel * eb;
+    if (s.bytes >= kCaseBytes) break;
+  }
+  if (picked.empty()) throw Error(std::string("microbench case ") + c.name + ": no plan entries matched");
+  s.packed = DeviceBuffer(s.dev.get(), s.bytes);
+  s.other = DeviceBuffer(s.dev.get(), s.bytes);
+  int64_t off = 0;
+  for (auto& [d, eb] : picked) {
+    CopyDesc rebased = d;
+    rebased.src_offset = 0;
+    rebased.dst_offset = 0;
+    const int64_t ns = span(rebased, true), nd = span(rebased, false);
+    s.src.emplace_back(s.dev.get(), ns * eb);
+    s.dst.emplace_back(s.dev.get(), nd * eb);
+    for (int64_t i = 0; i < ns * eb; ++i) s.src.back().data()[i] = uint8_t(i * 151 + (i >> 9));  // real pages
+    std::memset(s.dst.back().data(), 0, size_t(nd * eb));
+    s.direct.push_back(rebased);
+    s.pack.push_back(CopyJob{s.src.back().data(), s.packed.data() + off, with_contiguous_dst(rebased), eb});
+    s.unpack.push_back(CopyJob{s.packed.data() + off, s.dst.back().data(), with_contiguous_src(rebased), eb});
+    off += rebased.numel * eb;
+  }
+  std::memset(s.packed.data(), 0, size_t(s.bytes));
+  std::memset(s.other.data(), 0, size_t(s.bytes));
+  return s;
+}
+
+// Pack then unpack must give what the reference copy (execute_copy) gives straight from the
+// source: the engines' tests verify every byte; this keeps the benchmark from timing a
+// broken copy.
+void check_round_trip(CopySet& s, const char* name) {
+  s.dev->copy(s.pack);
+  s.dev->copy(s.unpack);
+  s.dev->synchronize();
+  for (size_t i = 0; i < s.unpack.size(); ++i) {
+    const int64_t eb = s.unpack[i].elem_bytes;
+    std::vector<uint8_t> want(size_t(span(s.direct[i], false) * eb), 0);
+    execute_copy(s.direct[i], s.src[i].data(), want.data(), eb);
+    if (std::memcmp(want.data(), s.dst[i].data(), want.size()) != 0)
+      throw Error(std::string("microbench case ") + name + ": pack + unpack of entry " + std::to_string(i) +
+                  " differs from the reference copy");
+  }
+}
+
+void BM_Copy(benchmark::State& st, const CopyCase* c, const std::string& op) {
+  static std::map<std::string, std::unique_ptr<CopySet>> sets;  // built once per case
+  auto& set = sets[c->name];
+  if (!set) {
+    set = std::make_unique<CopySet>(build_copy_set(*c));
+    check_round_trip(*set, c->name);
+  }
+  CopySet& s = *set;
+  for (auto _ : st) {
+    if (op == "memcpy") s.dev->memcpy(s.other.data(), s.packed.data(), s.bytes);
+    else s.dev->copy(op == "pack" ? s.pack : s.unpack);
+    s.dev->synchronize();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * s.bytes);
+  st.counters["entries"] = double(s.pack.size());
+  st.SetLabel(c->what);
+}
+
+// ---- plans ----------------------------------------------------------------------------------
+
+struct PlanCase {
+  const char* model;
+  const char* inference;
+};
+const PlanCase kPlanCases[] = {{"kimi-k2-instruct", "tp32,ep32"}, {"qwen3-235b-a22b", "dp16,ep16"}};
+
+void BM_PlanRecord(benchmark::State& st, const PlanCase* c) {
+  ModelSpec m = load_model(c->model);
+  InferenceLayout l = parse_inference_spec(c->inference);
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  int64_t entries = 0;
+  for (auto _ : st) {
+    RankPlan p = record_rank_plan(m, inf, 0);
+    entries = int64_t(p.entries.size());
+    benchmark::DoNotOptimize(p.entries.data());
+  }
+  st.counters["entries"] = double(entries);
+}
+
+void BM_PlanLoad(benchmark::State& st, const PlanCase* c) {
+  ModelSpec m = load_model(c->model);
+  InferenceLayout l = parse_inference_spec(c->inference);
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  const char* tmp = std::getenv("TMPDIR");
+  std::filesystem::path file = std::filesystem::path(tmp ? tmp : "/tmp") /
+                               ("shardsync-microbench-" + std::to_string(::getpid()) + "-" + c->model + ".h5");
+  write_plans(file.string(), m, inf, record_plans(m, inf));
+  int64_t entries = 0;
+  for (auto _ : st) {
+    PlanFile f = read_plans(file.string(), m, inf);
+    entries = 0;
+    for (const RankPlan& p : f.plans) entries += int64_t(p.entries.size());
+  }
+  st.counters["entries"] = double(entries);
+  st.counters["file_MiB"] = double(std::filesystem::file_size(file)) / double(1 << 20);
+  std::filesystem::remove(file);
+}
+
+// ---- engines: per-tensor control cost (mpirun) --------------------------------------------
+
+// Thousands of tiny tensors (so moving the bytes costs nothing next to handling the tensor):
+// many-tiny-moe, trainer EP2 (2 ranks) -> one inference replica of DP2/EP2 (2 ranks).
+struct EngineSetup {
+  ModelSpec model = load_model("many-tiny-moe");
+  TrainerPlacement trainer{model, parse_trainer_spec("tp1,ep2,etp1")};
+  InferencePlacement inference{model, [] {
+                                 InferenceLayout l = parse_inference_spec("dp2,ep2");
+                                 l.replicas = 1;
+                                 return l;
+                               }()};
+  std::vector<RankPlan> plans = record_plans(model, inference);
+  World world;
+  std::unique_ptr<Engines> engines;
+  int sync_index = 0;
+  uint64_t version = 1;
+};
+EngineSetup* g_engine = nullptr;
+
+void BM_EngineSync(benchmark::State& st, EngineKind kind) {
+  EngineSetup& e = *g_engine;
+  const double tensors = double(e.model.params().size());
+  double total = 0;
+  for (auto _ : st) {
+    RankStats mine = e.engines->sync(kind, e.sync_index++, e.version++);
+    std::vector<RankStats> all = e.engines->collect(mine);
+    double t = mine.total_s;
+    int64_t wrong = 0;
+    for (const RankStats& r : all) {
+      t = std::max(t, r.total_s);
+      wrong += r.mismatches;
+    }
+    if (wrong > 0) {  // a benchmark of a wrong copy measures nothing: end the job
+      std::cerr << "shardsync-microbench: error: " << engine_name(kind) << ": " << wrong << " mismatched elements\n";
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    st.SetIterationTime(t);  // the slowest rank (rank 0 holds every rank's stats)
+    total += t;
+  }
+  st.counters["tensors"] = tensors;
+  st.counters["us_per_tensor"] = total / double(st.iterations()) / tensors * 1e6;
+}
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Under mpirun: the engine benchmarks on every rank, reported by rank 0. Otherwise the
+  // single-process benchmarks, without initializing MPI.
+  const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
+  int rank = 0, size = 1;
+  std::vector<char*> args(argv, argv + argc);
+  try {
+    if (mpi) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      g_engine = new EngineSetup;
+      const int need = g_engine->trainer.world_size() + g_engine->inference.world_size();
+      if (size != need) {
+        if (rank == 0) std::cerr << "shardsync-microbench: error: mpirun -np " << size << ": the engine benchmarks need " << need << " ranks\n";
+        MPI_Finalize();
+        return 2;
+      }
+      g_engine->world = World::create(MPI_COMM_WORLD, g_engine->trainer, g_engine->inference);
+      set_idle_sleep_allowed(unsigned(size) > std::max(1u, std::thread::hardware_concurrency()));
+      SyncOptions so;
+      so.transport = default_transport_name();
+      g_engine->engines = std::make_unique<Engines>(g_engine->world, g_engine->model, g_engine->trainer,
+                                                    g_engine->inference, g_engine->plans, so);
+      g_engine->engines->bootstrap();
+      for (EngineKind k : {EngineKind::kBroadcast, EngineKind::kV1, EngineKind::kV2, EngineKind::kV3})
+        benchmark::RegisterBenchmark((std::string("BM_EngineSync/") + engine_name(k)).c_str(), BM_EngineSync, k)
+            ->Iterations(5)
+            ->Repetitions(3)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      // Only rank 0 writes results: the other ranks drop --benchmark_out.
+      if (rank != 0)
+        args.erase(std::remove_if(args.begin() + 1, args.end(),
+                                  [](char* a) { return std::strncmp(a, "--benchmark_out", 15) == 0; }),
+                   args.end());
+    } else {
+      for (const CopyCase& c : copy_cases())
+        for (const char* op : {"memcpy", "pack", "unpack"})
+          benchmark::RegisterBenchmark((std::string("BM_Copy/") + c.name + "/" + op).c_str(), BM_Copy, &c, std::string(op))
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->MinTime(0.2);
+      for (const PlanCase& c : kPlanCases) {
+        benchmark::RegisterBenchmark((std::string("BM_PlanRecord/") + c.model).c_str(), BM_PlanRecord, &c)
+            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark((std::string("BM_PlanLoad/") + c.model).c_str(), BM_PlanLoad, &c)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+    int n = int(args.size());
+    benchmark::Initialize(&n, args.data());
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+    if (rank == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      NullReporter quiet;
+      benchmark::RunSpecifiedBenchmarks(&quiet);
+    }
+    benchmark::Shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "shardsync-microbench: error: " << e.what() << "\n";
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
+  }
+  if (mpi) {
+    g_engine->engines->finish();
+    g_engine->engines->shutdown();
+    g_engine->engines.reset();
+    delete g_engine;
+    MPI_Finalize();
+  }
+  return 0;
+}
