@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 20
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
 UNIT_TESTS  := test_model test_layout test_tensor test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps configure build run test test-main test-asan test-tsan test-fuzz clean format
+.PHONY: all deps configure build run test test-main test-asan test-tsan test-fuzz perf-check perf-calibrate clean format
 
 all: build
 
@@ -66,6 +66,14 @@ test-fuzz: deps
 	  build-fuzz/corpus/config tests/fuzz/corpus/config
 	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_plan_file -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  build-fuzz/corpus/plan tests/fuzz/corpus/plan
+
+# The performance gate: micro-benchmark and engine ratios against results/perf-baseline.json
+# (scripts/perf-check.py --help). perf-calibrate measures 10 times and rewrites the baseline.
+perf-check: build
+	python3 scripts/perf-check.py --build $(BUILD_DIR) --report $(BUILD_DIR)/perf-check.json
+
+perf-calibrate: build
+	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate 10 --write-baseline results/perf-baseline.json
 
 format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

@@ -18,9 +18,8 @@ its best value kept; what still misses is reported with how far it is off, and t
 status is 1. Exit status 2: a step failed to run.
 
 Thresholds come from repeated runs (--calibrate N --write-baseline FILE): for each metric the
-worst of N values, loosened by the larger of 10% and the spread seen over the N runs
-((max - min) / median). So a noisy metric gets a looser threshold, and the file says how
-noisy each one was.
+worst of N values, loosened by a factor of max(1.10, sqrt(max / min)) of those N values. So a
+noisy metric gets a looser threshold, and the file says how noisy each one was.
 """
 import argparse
 import datetime
@@ -36,6 +35,10 @@ STEPS = ("copy", "engine", "overhead")
 MPIRUN = ["mpirun", "--oversubscribe"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 MIN_MARGIN = 0.10
+# A copy ratio's threshold never exceeds the target (pack/unpack at 80% of memcpy): where
+# glibc's memcpy is slow (as on the dev VM) the kernels run above 100% of it, and a machine
+# whose memcpy is relatively faster must not fail kernels that meet the target.
+COPY_TARGET = 0.80
 
 
 def fail(msg, status=2):
@@ -97,10 +100,18 @@ def step_engine(build, state):
     exe = os.path.join(build, "apps", "shardsync")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
-        run(MPIRUN + ["-np", "4", exe, "bench", "--layout", "perf-gate-local", "--syncs", "8", "--warmup", "1", "-q",
+        run(MPIRUN + ["-np", "4", exe, "bench", "--layout", "perf-gate-local", "--syncs", "10", "--warmup", "1", "-q",
                       "--json", out], 600, "engine run (shardsync bench)")
         with open(out) as f:
-            engines = {e["engine"]: e["time_s"]["avg"] for e in json.load(f)["engines"]}
+            result = json.load(f)
+    # Per engine, the median over its timed syncs of the slowest rank's time: one sync
+    # disturbed by a neighbour on a shared machine moves the median little.
+    engines = {}
+    for e in result["engines"]:
+        timed = [s["time_s"] for s in e["syncs"] if not s.get("warmup") and not s.get("skipped")]
+        if not timed:
+            fail("engine run: %s has no timed syncs" % e["engine"])
+        engines[e["engine"]] = statistics.median(timed)
     return {"engine.%s.vs_broadcast" % e: engines["broadcast"] / v for e, v in engines.items() if e != "broadcast"}
 
 
@@ -216,6 +227,10 @@ def gate(args):
     rows, regressed = compare(values, baseline, attempts_used)
     print("# performance gate: %d metrics against %s (calibrated on %s)"
           % (len(values), args.baseline, baseline.get("machine", "?")))
+    here = "%d cores, %s" % (os.cpu_count(), cpu_model())
+    if not args.metrics and here not in baseline.get("machine", ""):
+        print("# note: this machine (%s) is not the one the thresholds were calibrated on; "
+              "if it differs in kind, recalibrate (make perf-calibrate)" % here)
     print_table(rows)
     report = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "host": platform.node(), "baseline": args.baseline, "values": values, "regressed": regressed,
@@ -233,6 +248,27 @@ def gate(args):
     return 0
 
 
+def threshold_for(name, lo, hi):
+    """(max/min, loosening factor, threshold) of a metric seen between lo and hi."""
+    spread = hi / lo if lo > 0 else 1.0
+    factor = max(1 + MIN_MARGIN, spread ** 0.5)
+    if not higher_is_better(name):
+        return spread, factor, hi * factor
+    thr = lo / factor
+    return spread, factor, min(thr, COPY_TARGET) if name.startswith("copy.") else thr
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def calibrate(args):
     runs = []
     for i in range(args.calibrate):
@@ -243,22 +279,21 @@ def calibrate(args):
     for name in sorted(runs[0]):
         vs = [r[name] for r in runs if name in r]
         med = statistics.median(vs)
-        spread = (max(vs) - min(vs)) / med if med else 0.0
-        margin = max(MIN_MARGIN, spread)
-        worst = min(vs) if higher_is_better(name) else max(vs)
-        thr = worst * (1 - margin) if higher_is_better(name) else worst * (1 + margin)
+        spread, factor, thr = threshold_for(name, min(vs), max(vs))
         metrics[name] = {"threshold": round(thr, 4), "median": round(med, 4), "min": round(min(vs), 4),
-                         "max": round(max(vs), 4), "spread": round(spread, 4), "margin": round(margin, 4),
+                         "max": round(max(vs), 4), "max_over_min": round(spread, 4), "factor": round(factor, 4),
                          "higher_is_better": higher_is_better(name)}
     out = {"schema": 1,
-           "method": "threshold = worst of %d runs loosened by max(%.2f, (max-min)/median of those runs); "
-                     "made by: scripts/perf-check.py --calibrate %d --write-baseline" % (args.calibrate, MIN_MARGIN, args.calibrate),
-           "machine": "%s, %d cores, %s" % (platform.node(), os.cpu_count(), platform.processor() or platform.machine()),
+           "method": "over %d runs on this machine: threshold = worst value / factor (higher is better) or worst * factor "
+                     "(lower is better), factor = max(%.2f, sqrt(max / min)): the noise seen in the runs sets the margin; "
+                     "copy ratios' thresholds are capped at the %.2f target; "
+                     "made by: scripts/perf-check.py --calibrate %d --write-baseline" % (args.calibrate, 1 + MIN_MARGIN, COPY_TARGET, args.calibrate),
+           "machine": "%s, %d cores, %s" % (platform.node(), os.cpu_count(), cpu_model()),
            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "runs": len(runs), "metrics": metrics}
-    print("# metric  median  min  max  spread  threshold")
+    print("# %-32s %9s %9s %9s %8s %9s" % ("metric", "median", "min", "max", "max/min", "threshold"))
     for k, m in metrics.items():
-        print("  %-34s %8s %8s %8s %6.1f%% %8s" % (k, fmt(m["median"]), fmt(m["min"]), fmt(m["max"]), m["spread"] * 100, fmt(m["threshold"])))
+        print("  %-32s %9s %9s %9s %8.2f %9s" % (k, fmt(m["median"]), fmt(m["min"]), fmt(m["max"]), m["max_over_min"], fmt(m["threshold"])))
     if args.write_baseline:
         with open(args.write_baseline, "w") as f:
             json.dump(out, f, indent=1)

@@ -1,0 +1,259 @@
+// shardsync report: a comparison table across sync/bench result files, and plots of them
+// (gnuplot, PNG): time per engine, bandwidth against the measured link, per-phase times.
+//
+//   shardsync report results/cpu/*.json results/gpu/2xh200/*.json --plots results/plots
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "common/error.hpp"
+#include "common/table.hpp"
+
+namespace shardsync {
+
+namespace {
+
+struct ReportOptions {
+  std::vector<std::string> files;
+  std::string plots = "results/plots";
+  bool no_plots = false;
+};
+
+const char* const kEngines[] = {"broadcast", "v1", "v2", "v3"};
+const char* const kPhases[] = {"gather_s", "pack_s", "transfer_s", "process_s", "verify_s"};
+
+struct RunRow {
+  std::string label;   // which run: file path without results/ and .json
+  std::string model, memory, device, host;
+  int ranks = 0;
+  double link_gbps = 0;
+  std::map<std::string, nlohmann::json> engines;  // engine name -> its summary
+};
+
+double num(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string label_of(const std::string& path) {
+  std::filesystem::path p(path);
+  std::string s = (p.parent_path() / p.stem()).generic_string();
+  for (const char* prefix : {"./", "results/"})
+    if (s.rfind(prefix, 0) == 0) s = s.substr(std::string(prefix).size());
+  return s;
+}
+
+// A result of `shardsync sync|bench --json`; other JSON files are named and skipped.
+bool read_run(const std::string& path, RunRow* out, std::string* why) {
+  std::ifstream f(path);
+  if (!f) {
+    *why = "cannot be read";
+    return false;
+  }
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) {
+    *why = "not valid JSON";
+    return false;
+  }
+  if (!j.is_object() || !j.contains("engines") || !j["engines"].is_array() || !j.contains("config")) {
+    *why = "not a sync/bench result (no engines or config: a simulator, kernel-bench or perf-check file?)";
+    return false;
+  }
+  out->label = label_of(path);
+  const auto& c = j["config"];
+  out->model = c.value("model", "?");
+  out->ranks = c.value("ranks", 0);
+  out->memory = j.value("memory", "?");
+  out->device = j.value("device_rank0", "?");
+  out->host = j.value("host", "?");
+  out->link_gbps = num(j, "link_gbps");
+  for (const auto& e : j["engines"]) {
+    if (!e.is_object() || !e.contains("engine") || !e.contains("time_s")) {
+      *why = "engines[]: expected objects with engine and time_s";
+      return false;
+    }
+    out->engines[e["engine"].get<std::string>()] = e;
+  }
+  return true;
+}
+
+void print_table(const std::vector<RunRow>& runs) {
+  Table t({{"run", "", true}, {"model", "", true}, {"ranks", ""}, {"mem", "", true}, {"engine", "", true}, {"time", "s"},
+           {"min", "s"}, {"gather", "s"}, {"pack", "s"}, {"transfer", "s"}, {"process", "s"}, {"moved", "MB"},
+           {"agg_bw", "GB/s"}, {"of_link", "%"}, {"#wrong", ""}, {"vs_bcast", ""}});
+  t.add_title("comparison of " + std::to_string(runs.size()) + " result file(s); times are per sync, mean over timed syncs");
+  for (const RunRow& r : runs) {
+    const auto bc = r.engines.find("broadcast");
+    for (const auto& [name, e] : r.engines) {
+      const double time = num(e["time_s"], "avg");
+      const double bw = num(e, "aggregate_gbps");
+      const std::string vs = bc != r.engines.end() && time > 0 ? fmt_fixed(num(bc->second["time_s"], "avg") / time, 2) : "-";
+      t.add_row({r.label, r.model, std::to_string(r.ranks), r.memory, name, fmt_fixed(time, 4),
+                 fmt_fixed(num(e["time_s"], "min"), 4), fmt_fixed(num(e, "gather_s"), 4), fmt_fixed(num(e, "pack_s"), 4),
+                 fmt_fixed(num(e, "transfer_s"), 4), fmt_fixed(num(e, "process_s"), 4),
+                 fmt_fixed(num(e, "bytes_moved") / 1e6, 1), fmt_fixed(bw, 2),
+                 r.link_gbps > 0 ? fmt_fixed(100 * bw / r.link_gbps, 1) : "-", fmt_int(int64_t(num(e, "wrong"))), vs});
+    }
+  }
+  t.print(std::cout);
+}
+
+// gnuplot: one data file and one script per plot, kept next to the PNG so that anyone can
+// restyle a plot without running anything again.
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p);
+  if (!(f << text)) throw InputError(p.string(), "(output)", "cannot write (directory not writable?)");
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += (c == '"' || c == '\\') ? ' ' : c;
+  return q + "\"";
+}
+
+void run_gnuplot(const std::filesystem::path& script) {
+  const std::string cmd = "gnuplot " + quoted(script.string()) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw Error("cannot start gnuplot (Debian package gnuplot-nox; make deps installs it)");
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int status = pclose(p);
+  if (status != 0)
+    throw Error("gnuplot " + script.string() + " failed" +
+                (out.find("not found") != std::string::npos ? std::string(" (install gnuplot-nox: make deps)") : "") +
+                ": " + out.substr(0, 400));
+}
+
+std::string plot_header(const std::string& png, const std::string& title, const std::string& ylabel, int runs) {
+  const int width = std::max(900, 170 * runs + 300);
+  return "set terminal pngcairo size " + std::to_string(width) + ",560 font 'sans,10'\nset output " + quoted(png) +
+         "\nset title " + quoted(title) + "\nset ylabel " + quoted(ylabel) +
+         "\nset style data histograms\nset style fill solid 0.85 border -1\nset boxwidth 0.9\nset grid ytics\n"
+         "set key outside right top\nset xtics rotate by -25 left noenhanced\nset datafile missing '-'\n";
+}
+
+std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw InputError(dir.string(), "--plots", "cannot create the directory: " + ec.message());
+  std::vector<std::filesystem::path> pngs;
+  auto emit = [&](const std::string& stem, const std::string& data, const std::string& script) {
+    write_file(dir / (stem + ".dat"), data);
+    write_file(dir / (stem + ".gp"), script);
+    run_gnuplot(dir / (stem + ".gp"));
+    pngs.push_back(dir / (stem + ".png"));
+  };
+  const int n = int(runs.size());
+  const std::string dat_path = (dir / "time-per-engine.dat").string();
+
+  // 1. Time per engine: one cluster per run, one bar per engine (log scale: the runs span
+  //    milliseconds on GPUs to seconds on an oversubscribed CPU).
+  {
+    std::string d = "# run";
+    for (const char* e : kEngines) d += std::string(" ") + e;
+    d += "\n";
+    for (const RunRow& r : runs) {
+      d += quoted(r.label);
+      for (const char* e : kEngines) {
+        auto it = r.engines.find(e);
+        d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second["time_s"], "avg"), 6));
+      }
+      d += "\n";
+    }
+    std::string gp = plot_header((dir / "time-per-engine.png").string(), "Sync time per engine (mean over timed syncs, every byte verified)",
+                                 "seconds per sync (log scale)", n) +
+                     "set logscale y\nplot " + quoted(dat_path) + " using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3'\n";
+    emit("time-per-engine", d, gp);
+  }
+  // 2. Bandwidth against the link: aggregate bandwidth per engine, and the pull path's raw
+  //    bandwidth measured in the same run (--measure-link) where it was.
+  {
+    std::string d = "# run broadcast v1 v2 v3 link\n";
+    bool any_link = false;
+    for (const RunRow& r : runs) {
+      d += quoted(r.label);
+      for (const char* e : kEngines) {
+        auto it = r.engines.find(e);
+        d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second, "aggregate_gbps"), 3));
+      }
+      d += " " + (r.link_gbps > 0 ? fmt_fixed(r.link_gbps, 3) : std::string("-")) + "\n";
+      any_link = any_link || r.link_gbps > 0;
+    }
+    const std::string p = (dir / "bandwidth.dat").string();
+    std::string gp = plot_header((dir / "bandwidth.png").string(),
+                                 std::string("Aggregate bandwidth per engine") +
+                                     (any_link ? " vs the measured pull-path link (hatched)" : " (no run measured its link: --measure-link)"),
+                                 "GB/s received by all inference ranks (log scale)", n) +
+                     "set logscale y\nplot " + quoted(p) +
+                     " using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3'" +
+                     (any_link ? ", '' using 6 title 'link limit' lc rgb 'black' fs pattern 4" : "") + "\n";
+    emit("bandwidth", d, gp);
+  }
+  // 3. Per-phase breakdown: each phase's share of the busy time of a (run, engine), so that
+  //    runs of milliseconds and of seconds compare (the times are in the .dat file and the
+  //    table). Phases overlap in v3, and transfer sums overlapping gets.
+  {
+    std::string d = "# run/engine gather% pack% transfer% process% verify% | gather_s pack_s transfer_s process_s verify_s sync_s\n";
+    for (const RunRow& r : runs)
+      for (const char* e : kEngines) {
+        auto it = r.engines.find(e);
+        if (it == r.engines.end()) continue;
+        double sum = 0;
+        for (const char* ph : kPhases) sum += num(it->second, ph);
+        d += quoted(r.label + " " + e);
+        for (const char* ph : kPhases) d += " " + fmt_fixed(sum > 0 ? 100 * num(it->second, ph) / sum : 0.0, 2);
+        for (const char* ph : kPhases) d += " " + fmt_fixed(num(it->second, ph), 6);
+        d += " " + fmt_fixed(num(it->second["time_s"], "avg"), 6) + "\n";
+      }
+    const std::string p = (dir / "phases.dat").string();
+    int bars = 0;
+    for (const RunRow& r : runs) bars += int(r.engines.size());
+    std::string gp = plot_header((dir / "phases.png").string(),
+                                 "Where the time goes: share of busy time per phase (trainer: gather, pack; inference: "
+                                 "transfer, process, verify)",
+                                 "% of the summed phase times", std::max(n, bars / 2)) +
+                     "set style histogram rowstacked\nset yrange [0:100]\nplot " + quoted(p) +
+                     " using 2:xtic(1) title 'gather', '' using 3 title 'pack', '' using 4 title 'transfer', '' using 5 title "
+                     "'process', '' using 6 title 'verify'\n";
+    emit("phases", d, gp);
+  }
+  return pngs;
+}
+
+void run_report(const ReportOptions& o) {
+  std::vector<RunRow> runs;
+  for (const std::string& f : o.files) {
+    RunRow r;
+    std::string why;
+    if (read_run(f, &r, &why)) runs.push_back(std::move(r));
+    else std::cerr << "shardsync report: skipped " << f << ": " << why << "\n";
+  }
+  if (runs.empty()) throw InputError("report", "FILES", "none of the " + std::to_string(o.files.size()) + " file(s) is a sync/bench result (shardsync bench --json)");
+  print_table(runs);
+  if (o.no_plots) return;
+  for (const auto& png : write_plots(runs, o.plots)) std::cout << "# wrote " << png.string() << "\n";
+}
+
+}  // namespace
+
+void setup_report_command(CLI::App& app) {
+  auto o = std::make_shared<ReportOptions>();
+  auto* cmd = app.add_subcommand("report", "Compare sync/bench result files: a table, and PNG plots (gnuplot)");
+  cmd->add_option("files", o->files, "Result JSON files (shardsync sync|bench --json); others are skipped with a note")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--plots", o->plots, "Directory for the PNGs (with the .dat and .gp files that made them)")
+      ->capture_default_str();
+  cmd->add_flag("--no-plots", o->no_plots, "Print the table only");
+  cmd->callback([o] { run_report(*o); });
+}
+
+}  // namespace shardsync

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# report_plots.sh SS RESULTS_DIR OUT_DIR: shardsync report writes the three PNGs (and the data
+# and gnuplot scripts behind them) for committed CPU and GPU results.
+set -u
+ss="$1"; results="$2"; out="$3"
+rm -rf "$out"
+log=$(timeout 120 "$ss" report "$results"/cpu/*.json "$results"/gpu/2xh200/dense.json --plots "$out" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || { echo "FAIL: exit $rc"; echo "$log"; exit 1; }
+for p in time-per-engine bandwidth phases; do
+  [[ -s "$out/$p.png" ]] || { echo "FAIL: $out/$p.png missing or empty"; echo "$log"; exit 1; }
+  [[ "$(head -c 8 "$out/$p.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] || { echo "FAIL: $p.png is not a PNG"; exit 1; }
+  grep -q "gpu/2xh200/dense" "$out/$p.dat" || { echo "FAIL: $p.dat lacks the GPU run"; exit 1; }
+  grep -q "# wrote $out/$p.png" <<<"$log" || { echo "FAIL: no 'wrote' line for $p.png"; echo "$log"; exit 1; }
+done
+# The GPU run measured its link: the bandwidth data carries it (395 GB/s in that run).
+awk '/dense/ {print $NF}' "$out/bandwidth.dat" | grep -Eq '^3[0-9][0-9]\.' || { echo "FAIL: link column missing"; cat "$out/bandwidth.dat"; exit 1; }
+echo "ok: three PNGs with their data"
