@@ -23,7 +23,7 @@ namespace {
 constexpr int64_t kStreamBytes = int64_t(1) << 20;
 // Software prefetch for runs shorter than this, this many bytes ahead.
 constexpr size_t kPrefetchBelow = 32 << 10;
-constexpr int64_t kPrefetchBytes = 16 << 10;
+constexpr int64_t kPrefetchBytes = 8 << 10;
 
 void copy_run(std::byte* t, const std::byte* s, size_t n, bool stream) {
 #if defined(__SSE2__)
@@ -145,6 +145,13 @@ void for_each_outer(const CopyDesc& d, size_t inner_dims, int64_t eb, const void
   int64_t inner = 1;
   for (size_t k = outer_n; k < d.dims.size(); ++k) inner *= d.dims[k].size;
   const int64_t total = d.numel / inner;
+  if (outer_n == 1) {  // the common (rows, run) shape: no odometer
+    const int64_t ss = d.dims[0].src_stride * eb, ts = d.dims[0].dst_stride * eb;
+    const std::byte* sp = s0 + d.src_offset * eb;
+    std::byte* tp = t0 + d.dst_offset * eb;
+    for (int64_t n = 0; n < total; ++n, sp += ss, tp += ts) f(sp, tp, n + ahead < total ? sp + ahead * ss : nullptr);
+    return;
+  }
   Odometer at(d, outer_n), next(d, outer_n);
   for (int64_t k = 0; k < ahead && k < total; ++k) next.next();
   for (int64_t n = 0; n < total; ++n) {
