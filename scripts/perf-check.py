@@ -26,10 +26,12 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 STEPS = ("copy", "engine", "overhead")
 MPIRUN = ["mpirun", "--oversubscribe"]
@@ -48,19 +50,34 @@ def fail(msg, status=2):
 
 def run(cmd, timeout, what):
     env = dict(os.environ, **MPI_ENV)
+    # Its own process group, so that a timeout ends mpirun's ranks too, not only mpirun.
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(2)
+        p.communicate()
         fail("%s: did not finish within %d s: %s" % (what, timeout, " ".join(cmd)))
     if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:])
+        sys.stderr.write(out[-4000:])
         fail("%s: exit status %d: %s" % (what, p.returncode, " ".join(cmd)))
-    return p.stdout
+    return out
 
 
-def gbench_json(path):
-    with open(path) as f:
-        return json.load(f)["benchmarks"]
+def gbench_json(path, what):
+    try:
+        with open(path) as f:
+            rows = json.load(f)["benchmarks"]
+    except (OSError, ValueError, KeyError) as e:
+        fail("%s: no benchmark results in %s: %s" % (what, path, e))
+    if not rows:
+        fail("%s: the benchmark filter matched nothing" % what)
+    return rows
 
 
 def microbench(build, args, what, timeout, mpi_ranks=0):
@@ -73,25 +90,32 @@ def microbench(build, args, what, timeout, mpi_ranks=0):
         if mpi_ranks:
             cmd = MPIRUN + ["-np", str(mpi_ranks)] + cmd
         run(cmd, timeout, what)
-        return gbench_json(out)
+        return gbench_json(out, what)
 
 
 def memcpy_bandwidth(build):
     rows = microbench(build, ["--benchmark_filter=BM_Copy/expert_w13/memcpy"], "memcpy bandwidth", 300)
-    return rows[0]["bytes_per_second"]
+    return iterations(rows)[0]["bytes_per_second"]
+
+
+def iterations(rows):
+    """Measured rows only (BENCHMARK_REPETITIONS in the environment would add aggregates)."""
+    return [r for r in rows if r.get("run_type", "iteration") == "iteration"]
 
 
 def step_copy(build, state):
     rows = microbench(build, ["--benchmark_filter=BM_Copy/"], "copy micro-benchmarks", 600)
     t = {}
-    for r in rows:
+    for r in iterations(rows):
         case, op = r["name"].split("/")[1:3]
-        t[(case, op)] = r["real_time"]
+        t[(case, op)] = min(r["real_time"], t.get((case, op), float("inf")))
         if case == "expert_w13" and op == "memcpy":
             state["memcpy_Bps"] = r["bytes_per_second"]
     m = {}
     for (case, op), v in t.items():
         if op != "memcpy":
+            if (case, "memcpy") not in t:
+                fail("copy micro-benchmarks: no memcpy result for case %s" % case)
             m["copy.%s.%s" % (case, op)] = t[(case, "memcpy")] / v
     return m
 
@@ -121,10 +145,12 @@ def step_overhead(build, state):
     rows = microbench(build, [], "engine micro-benchmarks (mpirun -np 4)", 600, mpi_ranks=4)
     m = {}
     for r in rows:
-        if r["name"].endswith("_median"):
+        if r.get("run_type") == "aggregate" and r.get("aggregate_name") == "median":
             engine = r["name"].split("/")[1]
             state.setdefault("us_per_tensor", {})[engine] = r["us_per_tensor"]
             m["overhead.%s.memcpy_bytes" % engine] = r["us_per_tensor"] * 1e-6 * state["memcpy_Bps"]
+    if len(m) != 4:
+        fail("engine micro-benchmarks: expected the median of 4 engines, got %s" % (", ".join(sorted(m)) or "none"))
     return m
 
 
@@ -164,7 +190,8 @@ def compare(values, baseline, attempts_used):
         change = (v / b["median"] - 1) * 100 if b["median"] else 0.0
         status = "ok" if ok else "REGRESSED"
         if not ok:
-            off = (1 - v / b["threshold"]) * 100 if higher_is_better(name) else (v / b["threshold"] - 1) * 100
+            thr = b["threshold"] or 1e-300
+            off = (1 - v / thr) * 100 if higher_is_better(name) else (v / thr - 1) * 100
             status += " (%.1f%% %s threshold after %d attempt%s)" % (
                 off, "below" if higher_is_better(name) else "above", attempts_used.get(name, 1),
                 "" if attempts_used.get(name, 1) == 1 else "s")

@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
   // Under mpirun: the engine benchmarks on every rank, reported by rank 0. Otherwise the
   // single-process benchmarks, without initializing MPI.
   const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
-  int rank = 0, size = 1;
+  int rank = 0, size = 1, status = 0;
   std::vector<char*> args(argv, argv + argc);
   try {
     if (mpi) {
@@ -320,10 +320,10 @@ int main(int argc, char** argv) {
     }
     int n = int(args.size());
     benchmark::Initialize(&n, args.data());
-    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    if (rank == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
+    // Every rank sees the same arguments, so every rank stops here alike (and shuts down).
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) status = 2;
+    else if (rank == 0) benchmark::RunSpecifiedBenchmarks();
+    else {
       NullReporter quiet;
       benchmark::RunSpecifiedBenchmarks(&quiet);
     }
@@ -340,5 +340,5 @@ int main(int argc, char** argv) {
     delete g_engine;
     MPI_Finalize();
   }
-  return 0;
+  return status;
 }

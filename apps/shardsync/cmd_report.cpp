@@ -2,8 +2,14 @@
 // (gnuplot, PNG): time per engine, bandwidth against the measured link, per-phase times.
 //
 //   shardsync report results/cpu/*.json results/gpu/2xh200/*.json --plots results/plots
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +21,8 @@
 #include "commands.hpp"
 #include "common/error.hpp"
 #include "common/table.hpp"
+
+extern char** environ;
 
 namespace shardsync {
 
@@ -45,13 +53,25 @@ double num(const nlohmann::json& j, const char* key) {
 std::string label_of(const std::string& path) {
   std::filesystem::path p(path);
   std::string s = (p.parent_path() / p.stem()).generic_string();
-  for (const char* prefix : {"./", "results/"})
-    if (s.rfind(prefix, 0) == 0) s = s.substr(std::string(prefix).size());
-  return s;
+  const size_t r = s.rfind("results/");
+  if (r != std::string::npos) return s.substr(r + 8);
+  return s.rfind("./", 0) == 0 ? s.substr(2) : s;
 }
 
-// A result of `shardsync sync|bench --json`; other JSON files are named and skipped.
+bool read_run_json(const std::string& path, RunRow* out, std::string* why);
+
+// A result of `shardsync sync|bench --json`; other JSON files, and results whose fields have
+// the wrong types, are named and skipped.
 bool read_run(const std::string& path, RunRow* out, std::string* why) {
+  try {
+    return read_run_json(path, out, why);
+  } catch (const nlohmann::json::exception& e) {
+    *why = std::string("a field has the wrong type: ") + e.what();
+    return false;
+  }
+}
+
+bool read_run_json(const std::string& path, RunRow* out, std::string* why) {
   std::ifstream f(path);
   if (!f) {
     *why = "cannot be read";
@@ -94,7 +114,8 @@ void print_table(const std::vector<RunRow>& runs) {
     for (const auto& [name, e] : r.engines) {
       const double time = num(e["time_s"], "avg");
       const double bw = num(e, "aggregate_gbps");
-      const std::string vs = bc != r.engines.end() && time > 0 ? fmt_fixed(num(bc->second["time_s"], "avg") / time, 2) : "-";
+      const double bc_time = bc != r.engines.end() ? num(bc->second["time_s"], "avg") : 0.0;
+      const std::string vs = bc_time > 0 && time > 0 ? fmt_fixed(bc_time / time, 2) : "-";
       t.add_row({r.label, r.model, std::to_string(r.ranks), r.memory, name, fmt_fixed(time, 4),
                  fmt_fixed(num(e["time_s"], "min"), 4), fmt_fixed(num(e, "gather_s"), 4), fmt_fixed(num(e, "pack_s"), 4),
                  fmt_fixed(num(e, "transfer_s"), 4), fmt_fixed(num(e, "process_s"), 4),
@@ -112,24 +133,45 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
   if (!(f << text)) throw InputError(p.string(), "(output)", "cannot write (directory not writable?)");
 }
 
-std::string quoted(const std::string& s) {
+// A label column of a gnuplot data file: double-quoted (a double quote inside would end it).
+std::string dat_label(const std::string& s) {
   std::string q = "\"";
-  for (char c : s) q += (c == '"' || c == '\\') ? ' ' : c;
+  for (char c : s) q += c == '"' ? '\'' : c;
   return q + "\"";
 }
 
+// A gnuplot string: single quotes take everything literally ('' is one quote).
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+// gnuplot SCRIPT, run without a shell (the path is an argument, never parsed); its output
+// goes to gnuplot.log next to the script and is quoted on failure.
 void run_gnuplot(const std::filesystem::path& script) {
-  const std::string cmd = "gnuplot " + quoted(script.string()) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw Error("cannot start gnuplot (Debian package gnuplot-nox; make deps installs it)");
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int status = pclose(p);
-  if (status != 0)
-    throw Error("gnuplot " + script.string() + " failed" +
-                (out.find("not found") != std::string::npos ? std::string(" (install gnuplot-nox: make deps)") : "") +
-                ": " + out.substr(0, 400));
+  const std::filesystem::path log = script.parent_path() / "gnuplot.log";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::string file = script.string();
+  char prog[] = "gnuplot";
+  char* argv[] = {prog, file.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, "gnuplot", &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    throw Error("cannot run gnuplot: " + std::string(std::strerror(rc)) + " (Debian package gnuplot-nox; make deps installs it)");
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::ifstream f(log);
+    std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    throw Error("gnuplot " + file + " failed: " + out.substr(0, 400));
+  }
+  std::filesystem::remove(log);
 }
 
 std::string plot_header(const std::string& png, const std::string& title, const std::string& ylabel, int runs) {
@@ -161,7 +203,7 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
     for (const char* e : kEngines) d += std::string(" ") + e;
     d += "\n";
     for (const RunRow& r : runs) {
-      d += quoted(r.label);
+      d += dat_label(r.label);
       for (const char* e : kEngines) {
         auto it = r.engines.find(e);
         d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second["time_s"], "avg"), 6));
@@ -179,7 +221,7 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
     std::string d = "# run broadcast v1 v2 v3 link\n";
     bool any_link = false;
     for (const RunRow& r : runs) {
-      d += quoted(r.label);
+      d += dat_label(r.label);
       for (const char* e : kEngines) {
         auto it = r.engines.find(e);
         d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second, "aggregate_gbps"), 3));
@@ -208,7 +250,7 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
         if (it == r.engines.end()) continue;
         double sum = 0;
         for (const char* ph : kPhases) sum += num(it->second, ph);
-        d += quoted(r.label + " " + e);
+        d += dat_label(r.label + " " + e);
         for (const char* ph : kPhases) d += " " + fmt_fixed(sum > 0 ? 100 * num(it->second, ph) / sum : 0.0, 2);
         for (const char* ph : kPhases) d += " " + fmt_fixed(num(it->second, ph), 6);
         d += " " + fmt_fixed(num(it->second["time_s"], "avg"), 6) + "\n";

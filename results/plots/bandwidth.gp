@@ -1,7 +1,7 @@
 set terminal pngcairo size 1320,560 font 'sans,10'
-set output "results/plots/bandwidth.png"
-set title "Aggregate bandwidth per engine vs the measured pull-path link (hatched)"
-set ylabel "GB/s received by all inference ranks (log scale)"
+set output 'results/plots/bandwidth.png'
+set title 'Aggregate bandwidth per engine vs the measured pull-path link (hatched)'
+set ylabel 'GB/s received by all inference ranks (log scale)'
 set style data histograms
 set style fill solid 0.85 border -1
 set boxwidth 0.9
@@ -10,4 +10,4 @@ set key outside right top
 set xtics rotate by -25 left noenhanced
 set datafile missing '-'
 set logscale y
-plot "results/plots/bandwidth.dat" using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3', '' using 6 title 'link limit' lc rgb 'black' fs pattern 4
+plot 'results/plots/bandwidth.dat' using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3', '' using 6 title 'link limit' lc rgb 'black' fs pattern 4

@@ -1,7 +1,7 @@
 set terminal pngcairo size 2340,560 font 'sans,10'
-set output "results/plots/phases.png"
-set title "Where the time goes: share of busy time per phase (trainer: gather, pack; inference: transfer, process, verify)"
-set ylabel "% of the summed phase times"
+set output 'results/plots/phases.png'
+set title 'Where the time goes: share of busy time per phase (trainer: gather, pack; inference: transfer, process, verify)'
+set ylabel '% of the summed phase times'
 set style data histograms
 set style fill solid 0.85 border -1
 set boxwidth 0.9
@@ -11,4 +11,4 @@ set xtics rotate by -25 left noenhanced
 set datafile missing '-'
 set style histogram rowstacked
 set yrange [0:100]
-plot "results/plots/phases.dat" using 2:xtic(1) title 'gather', '' using 3 title 'pack', '' using 4 title 'transfer', '' using 5 title 'process', '' using 6 title 'verify'
+plot 'results/plots/phases.dat' using 2:xtic(1) title 'gather', '' using 3 title 'pack', '' using 4 title 'transfer', '' using 5 title 'process', '' using 6 title 'verify'

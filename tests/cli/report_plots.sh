@@ -15,4 +15,10 @@ for p in time-per-engine bandwidth phases; do
 done
 # The GPU run measured its link: the bandwidth data carries it (395 GB/s in that run).
 awk '/dense/ {print $NF}' "$out/bandwidth.dat" | grep -Eq '^3[0-9][0-9]\.' || { echo "FAIL: link column missing"; cat "$out/bandwidth.dat"; exit 1; }
-echo "ok: three PNGs with their data"
+# A plots directory whose name a shell would expand or a gnuplot string would end.
+odd="$out/it's \$HOME \"q\" \`x\`"
+log=$(timeout 120 "$ss" report "$results"/cpu/mini-moe-ep.json --plots "$odd" 2>&1) || { echo "FAIL: odd directory name: $log"; exit 1; }
+for p in time-per-engine bandwidth phases; do
+  [[ -s "$odd/$p.png" ]] || { echo "FAIL: $odd/$p.png missing"; echo "$log"; ls -la "$out"; exit 1; }
+done
+echo "ok: three PNGs with their data, also under an odd directory name"

@@ -2,7 +2,8 @@
 # gate_check.sh logic|slow-copy SOURCE_DIR BUILD_DIR
 #   logic:     the gate's verdicts on given metric values against the committed baseline (no
 #              timing): all at their baseline medians passes; one metric past its threshold
-#              fails naming it and by how much; a broken baseline is refused naming the field.
+#              fails naming it and by how much; a baseline metric left unmeasured, and a
+#              broken baseline, are refused naming the metric or field.
 #   slow-copy: a deliberately slowed copy kernel (SHARDSYNC_TEST_SLOW_COPY=6: every pack and
 #              unpack runs six times) must make the real gate fail on the copy ratios.
 set -u
@@ -22,6 +23,8 @@ bad = {k: m["median"] for k, m in b.items()}
 bad["copy.expert_w13.pack"] = b["copy.expert_w13.pack"]["threshold"] * 0.5
 bad["overhead.v1.memcpy_bytes"] = b["overhead.v1.memcpy_bytes"]["threshold"] * 3
 json.dump(bad, open(sys.argv[2] + "/regressed.json", "w"))
+partial = {k: m["median"] for k, m in b.items() if k != "engine.v3.vs_broadcast"}
+json.dump(partial, open(sys.argv[2] + "/partial.json", "w"))
 broken = {"metrics": {"copy.x.pack": {"threshold": "high", "median": 1}}}
 json.dump(broken, open(sys.argv[2] + "/broken-baseline.json", "w"))
 PY
@@ -38,7 +41,10 @@ PY
   out=$(timeout 60 python3 "$src/scripts/perf-check.py" --baseline "$tmp/broken-baseline.json" --metrics "$tmp/at-median.json" 2>&1); rc=$?
   [[ $rc -eq 2 ]] || die "broken baseline: exit $rc, expected 2: $out"
   grep -q "broken-baseline.json: metrics.copy.x.pack.threshold: expected a number" <<<"$out" || die "broken baseline message: $out"
-  echo "ok: pass at medians, two regressions named, broken baseline refused"
+  out=$(timeout 60 python3 "${gate[@]}" --metrics "$tmp/partial.json" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || die "a baseline metric not measured: exit $rc, expected 2: $out"
+  grep -q "metrics in the baseline were not measured: engine.v3.vs_broadcast" <<<"$out" || die "missing metric not named: $out"
+  echo "ok: pass at medians, two regressions named, unmeasured metric and broken baseline refused"
   ;;
 slow-copy)
   out=$(SHARDSYNC_TEST_SLOW_COPY=6 timeout 600 python3 "${gate[@]}" --only copy --attempts 2 2>&1); rc=$?
