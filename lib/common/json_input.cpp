@@ -14,6 +14,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(source, "(syntax)",
                      "malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double (1e999)
+    throw InputError(source, "(syntax)", std::string("unreadable JSON: ") + e.what());
   }
 }
 

@@ -1,4 +1,4 @@
-set terminal pngcairo size 1320,560 font 'sans,10'
+set terminal pngcairo size 1660,560 font 'sans,10'
 set output 'results/plots/bandwidth.png'
 set title 'Aggregate bandwidth per engine vs the measured pull-path link (hatched)'
 set ylabel 'GB/s received by all inference ranks (log scale)'

@@ -1,4 +1,4 @@
-set terminal pngcairo size 2340,560 font 'sans,10'
+set terminal pngcairo size 3020,560 font 'sans,10'
 set output 'results/plots/phases.png'
 set title 'Where the time goes: share of busy time per phase (trainer: gather, pack; inference: transfer, process, verify)'
 set ylabel '% of the summed phase times'

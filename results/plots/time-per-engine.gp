@@ -1,4 +1,4 @@
-set terminal pngcairo size 1320,560 font 'sans,10'
+set terminal pngcairo size 1660,560 font 'sans,10'
 set output 'results/plots/time-per-engine.png'
 set title 'Sync time per engine (mean over timed syncs, every byte verified)'
 set ylabel 'seconds per sync (log scale)'
