@@ -47,8 +47,9 @@ int run_join(const JoinOptions& jo, int argc, char** argv) {
     if (served++ == 0) first_version = version;
     wrong += st.mismatches;
     if (!o.quiet)
-      std::cerr << "# rank " << w.rank << ": " << engine_name(e) << " weights version " << version << ": "
-                << fmt_fixed(st.total_s, 6) << " s, " << fmt_human_bytes(st.bytes_in) << ", " << st.mismatches << " wrong\n";
+      progress_line("# rank " + std::to_string(w.rank) + ": " + engine_name(e) + " weights version " +
+                    std::to_string(version) + ": " + fmt_fixed(st.total_s, 6) + " s, " + fmt_human_bytes(st.bytes_in) + ", " +
+                    std::to_string(st.mismatches) + " wrong");
     syncs.push_back({{"engine", engine_name(e)}, {"version", version}, {"total_s", st.total_s}, {"bytes_in", st.bytes_in},
                      {"mismatches", st.mismatches}});
   }

@@ -19,6 +19,8 @@
 
 namespace shardsync {
 
+void progress_line(const std::string& line) { std::cerr << line + "\n" << std::flush; }
+
 void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
   add_layout_options(app, &o->setup);
   app->add_option("--memory", o->memory, "Where weights and buffers live: host, or cuda (one GPU per rank where "
@@ -342,8 +344,8 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
         for (int rep : now_down) state += (state.find("replicas down") == std::string::npos ? ", replicas down: " : ",") + std::to_string(rep);
         if (mine.skipped) {
           if (!o.quiet)
-            std::cerr << "# " << name << " sync " << (k + 1) << "/" << (o.warmup + o.syncs)
-                      << ": skipped (a rank has died; a broadcast is a collective over every rank)" << state << "\n";
+            progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" + std::to_string(o.warmup + o.syncs) +
+                          ": skipped (a rank has died; a broadcast is a collective over every rank)" + state);
           if (k < o.warmup) --run.warmup;
           continue;
         }
@@ -357,8 +359,9 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                       std::to_string(version - 1) + "): " + describe_mismatch(r, w, s, plans);
         }
         if (!o.quiet)
-          std::cerr << "# " << name << " sync " << (k + 1) << "/" << (o.warmup + o.syncs) << (k < o.warmup ? " (warm-up)" : "")
-                    << ": " << fmt_fixed(t, 6) << " s, " << wrong << " wrong" << state << "\n";
+          progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" + std::to_string(o.warmup + o.syncs) +
+                        (k < o.warmup ? " (warm-up)" : "") + ": " + fmt_fixed(t, 6) + " s, " + std::to_string(wrong) +
+                        " wrong" + state);
         run.syncs.push_back(std::move(all));
         if (!failure.empty()) break;
       }

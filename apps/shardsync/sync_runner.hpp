@@ -29,6 +29,9 @@ struct SyncRunOptions {
 // buffers, verification, output, rendezvous.
 void add_data_path_options(CLI::App* app, SyncRunOptions* o);
 void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines);
+// A progress line on stderr in one write: piecewise writes to the unbuffered stream
+// interleave with stdout when mpirun forwards both.
+void progress_line(const std::string& line);
 // Returns the process exit status. Initializes and finalizes MPI.
 int run_syncs(const SyncRunOptions& o, int argc, char** argv);
 
