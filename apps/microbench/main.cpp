@@ -44,32 +44,28 @@ struct CopyCase {
   const char* name;
   const char* model;
   const char* inference;
-  std::vector<const char*> tensors;  // substrings of the HF names taken
+  const char* within;                // HF names taken contain this ("" for any)...
+  std::vector<const char*> any_of;   // ... and one of these
   const char* what;
 };
 
 const std::vector<CopyCase>& copy_cases() {
   static const std::vector<CopyCase> cases = {
-      {"qkv_gqa", "qwen3-235b-a22b", "tp8", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+      {"qkv_gqa", "qwen3-235b-a22b", "tp8", "self_attn.", {"q_proj", "k_proj", "v_proj"},
        "QKV column-parallel, 4 KV heads replicated over TP8"},
-      {"expert_w13", "qwen3-235b-a22b", "tp4", {"experts.", "gate_proj", "up_proj"},
+      {"expert_w13", "qwen3-235b-a22b", "tp4", "experts.", {"gate_proj", "up_proj"},
        "expert gate/up, MoE-TP4 narrow on dim 0"},
-      {"expert_w2", "qwen3-235b-a22b", "tp4", {"experts.", "down_proj"}, "expert down, MoE-TP4 narrow on dim 1"},
-      {"row_parallel", "qwen3-235b-a22b", "tp4", {"self_attn.o_proj"}, "o_proj row-parallel, narrow on dim 1"},
-      {"llama4_transpose", "llama-4-scout-17b-16e", "tp4", {"feed_forward.experts."},
+      {"expert_w2", "qwen3-235b-a22b", "tp4", "experts.", {"down_proj"}, "expert down, MoE-TP4 narrow on dim 1"},
+      {"row_parallel", "qwen3-235b-a22b", "tp4", "self_attn.", {"o_proj"}, "o_proj row-parallel, narrow on dim 1"},
+      {"llama4_transpose", "llama-4-scout-17b-16e", "tp4", "feed_forward.experts.", {""},
        "Llama-4 fused experts: chunk, transpose, TP narrow"},
   };
   return cases;
 }
 
 bool matches(const CopyCase& c, const std::string& name) {
-  if (c.tensors.size() == 3 && std::string(c.tensors[0]) == "experts.")  // experts.<e>.gate_proj|up_proj
-    return name.find("experts.") != std::string::npos &&
-           (name.find(c.tensors[1]) != std::string::npos || name.find(c.tensors[2]) != std::string::npos);
-  if (c.tensors.size() == 2) return name.find(c.tensors[0]) != std::string::npos && name.find(c.tensors[1]) != std::string::npos;
-  for (const char* t : c.tensors)
-    if (name.find(t) != std::string::npos) return true;
-  return false;
+  return name.find(c.within) != std::string::npos &&
+         std::any_of(c.any_of.begin(), c.any_of.end(), [&](const char* t) { return name.find(t) != std::string::npos; });
 }
 
 // The entries' sources and destinations, each in its own buffer holding just the span the
@@ -93,10 +89,17 @@ CopyDesc trim(CopyDesc d, int64_t eb, int64_t cap) {
   return d;
 }
 
-int64_t span(const CopyDesc& d, bool src) {
-  int64_t n = 1;
-  for (const CopyDim& k : d.dims) n += (k.size - 1) * (src ? k.src_stride : k.dst_stride);
-  return n;
+// Elements a copy touches on one side, from offset 0 (source_range of the view algebra; the
+// destination side is the source side of the reversed copy).
+int64_t extent(const CopyDesc& d, bool src) {
+  CopyDesc e = d;
+  if (!src) {
+    e.src_offset = d.dst_offset;
+    for (CopyDim& k : e.dims) k.src_stride = k.dst_stride;
+  }
+  int64_t lo = 0, hi = 0;
+  source_range(e, &lo, &hi);
+  return hi;
 }
 
 CopySet build_copy_set(const CopyCase& c) {
@@ -123,7 +126,7 @@ CopySet build_copy_set(const CopyCase& c) {
     CopyDesc rebased = d;
     rebased.src_offset = 0;
     rebased.dst_offset = 0;
-    const int64_t ns = span(rebased, true), nd = span(rebased, false);
+    const int64_t ns = extent(rebased, true), nd = extent(rebased, false);
     s.src.emplace_back(s.dev.get(), ns * eb);
     s.dst.emplace_back(s.dev.get(), nd * eb);
     for (int64_t i = 0; i < ns * eb; ++i) s.src.back().data()[i] = uint8_t(i * 151 + (i >> 9));  // real pages
@@ -147,7 +150,7 @@ void check_round_trip(CopySet& s, const char* name) {
   s.dev->synchronize();
   for (size_t i = 0; i < s.unpack.size(); ++i) {
     const int64_t eb = s.unpack[i].elem_bytes;
-    std::vector<uint8_t> want(size_t(span(s.direct[i], false) * eb), 0);
+    std::vector<uint8_t> want(size_t(extent(s.direct[i], false) * eb), 0);
     execute_copy(s.direct[i], s.src[i].data(), want.data(), eb);
     if (std::memcmp(want.data(), s.dst[i].data(), want.size()) != 0)
       throw Error(std::string("microbench case ") + name + ": pack + unpack of entry " + std::to_string(i) +

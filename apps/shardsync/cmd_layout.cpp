@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "common/table.hpp"
+#include "model/bundled.hpp"
 #include "model_layout_options.hpp"
 
 namespace shardsync {
@@ -105,7 +106,7 @@ void setup_layout_command(CLI::App& app) {
   auto* list = layout->add_subcommand("list", "List the bundled layouts");
   list->callback([] {
     Table t({{"layout", "", true}, {"model", "", true}, {"trainer", "", true}, {"inference", "", true}});
-    for (const auto& n : bundled_layout_names()) {
+    for (const auto& n : bundled_names("layouts")) {
       LayoutFile f = load_layout(n);
       t.add_row({n, f.model, f.trainer.describe(), f.inference.describe()});
     }

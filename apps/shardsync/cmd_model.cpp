@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "common/table.hpp"
+#include "model/bundled.hpp"
 #include "model/catalog.hpp"
 #include "model_layout_options.hpp"
 
@@ -95,7 +96,7 @@ void setup_model_command(CLI::App& app) {
   auto* list = model->add_subcommand("list", "List the bundled models");
   list->callback([] {
     Table t({{"model", "", true}, {"architecture", "", true}, {"layers", ""}, {"parameters", ""}, {"bytes", "B"}});
-    for (const auto& n : bundled_model_names()) {
+    for (const auto& n : bundled_names("models")) {
       ModelSpec m = load_model(n);
       t.add_row({n, m.config().architecture, fmt_int(m.config().num_layers), fmt_int(m.num_params_total()),
                  fmt_int(m.total_bytes())});

@@ -39,7 +39,7 @@ const char* const kPhases[] = {"gather_s", "pack_s", "transfer_s", "process_s", 
 
 struct RunRow {
   std::string label;   // which run: file path without results/ and .json
-  std::string model, memory, device, host;
+  std::string model, memory;
   int ranks = 0;
   double link_gbps = 0;
   std::map<std::string, nlohmann::json> engines;  // engine name -> its summary
@@ -56,19 +56,6 @@ std::string label_of(const std::string& path) {
   const size_t r = s.rfind("results/");
   if (r != std::string::npos) return s.substr(r + 8);
   return s.rfind("./", 0) == 0 ? s.substr(2) : s;
-}
-
-bool read_run_json(const std::string& path, RunRow* out, std::string* why);
-
-// A result of `shardsync sync|bench --json`; other JSON files, and results whose fields have
-// the wrong types, are named and skipped.
-bool read_run(const std::string& path, RunRow* out, std::string* why) {
-  try {
-    return read_run_json(path, out, why);
-  } catch (const nlohmann::json::exception& e) {
-    *why = std::string("a field has the wrong type: ") + e.what();
-    return false;
-  }
 }
 
 bool read_run_json(const std::string& path, RunRow* out, std::string* why) {
@@ -91,8 +78,6 @@ bool read_run_json(const std::string& path, RunRow* out, std::string* why) {
   out->model = c.value("model", "?");
   out->ranks = c.value("ranks", 0);
   out->memory = j.value("memory", "?");
-  out->device = j.value("device_rank0", "?");
-  out->host = j.value("host", "?");
   out->link_gbps = num(j, "link_gbps");
   for (const auto& e : j["engines"]) {
     if (!e.is_object() || !e.contains("engine") || !e.contains("time_s")) {
@@ -102,6 +87,17 @@ bool read_run_json(const std::string& path, RunRow* out, std::string* why) {
     out->engines[e["engine"].get<std::string>()] = e;
   }
   return true;
+}
+
+// A result of `shardsync sync|bench --json`; other JSON files, and results whose fields have
+// the wrong types, are named and skipped.
+bool read_run(const std::string& path, RunRow* out, std::string* why) {
+  try {
+    return read_run_json(path, out, why);
+  } catch (const nlohmann::json::exception& e) {
+    *why = std::string("a field has the wrong type: ") + e.what();
+    return false;
+  }
 }
 
 void print_table(const std::vector<RunRow>& runs) {
@@ -182,60 +178,68 @@ std::string plot_header(const std::string& png, const std::string& title, const 
          "set key outside right top\nset xtics rotate by -25 left noenhanced\nset datafile missing '-'\n";
 }
 
+// One data row per run: its label, then value(engine summary) for broadcast, v1, v2, v3
+// ("-" where the run lacks the engine), then `extra(run)` if given.
+template <class F, class G>
+std::string engine_rows(const std::vector<RunRow>& runs, F&& value, G&& extra) {
+  std::string d;
+  for (const RunRow& r : runs) {
+    d += dat_label(r.label);
+    for (const char* e : kEngines) {
+      auto it = r.engines.find(e);
+      d += " " + (it == r.engines.end() ? std::string("-") : value(it->second));
+    }
+    d += extra(r) + "\n";
+  }
+  return d;
+}
+
+// gnuplot's plot clauses for the four engine columns of engine_rows (2..5, labels in 1).
+std::string engine_columns(const std::string& dat) {
+  std::string p = quoted(dat) + " using 2:xtic(1) title 'broadcast'";
+  for (int k = 1; k < 4; ++k) p += ", '' using " + std::to_string(k + 2) + " title '" + kEngines[k] + "'";
+  return p;
+}
+
 std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw InputError(dir.string(), "--plots", "cannot create the directory: " + ec.message());
   std::vector<std::filesystem::path> pngs;
+  auto dat = [&](const std::string& stem) { return (dir / (stem + ".dat")).string(); };
+  auto png = [&](const std::string& stem) { return (dir / (stem + ".png")).string(); };
   auto emit = [&](const std::string& stem, const std::string& data, const std::string& script) {
-    write_file(dir / (stem + ".dat"), data);
+    write_file(dat(stem), data);
     write_file(dir / (stem + ".gp"), script);
     run_gnuplot(dir / (stem + ".gp"));
-    pngs.push_back(dir / (stem + ".png"));
+    pngs.push_back(png(stem));
   };
   const int n = int(runs.size());
-  const std::string dat_path = (dir / "time-per-engine.dat").string();
+  auto none = [](const RunRow&) { return std::string(); };
 
   // 1. Time per engine: one cluster per run, one bar per engine (log scale: the runs span
   //    milliseconds on GPUs to seconds on an oversubscribed CPU).
   {
-    std::string d = "# run";
-    for (const char* e : kEngines) d += std::string(" ") + e;
-    d += "\n";
-    for (const RunRow& r : runs) {
-      d += dat_label(r.label);
-      for (const char* e : kEngines) {
-        auto it = r.engines.find(e);
-        d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second["time_s"], "avg"), 6));
-      }
-      d += "\n";
-    }
-    std::string gp = plot_header((dir / "time-per-engine.png").string(), "Sync time per engine (mean over timed syncs, every byte verified)",
+    const std::string d = "# run broadcast v1 v2 v3\n" +
+                          engine_rows(runs, [](const nlohmann::json& e) { return fmt_fixed(num(e["time_s"], "avg"), 6); }, none);
+    std::string gp = plot_header(png("time-per-engine"), "Sync time per engine (mean over timed syncs, every byte verified)",
                                  "seconds per sync (log scale)", n) +
-                     "set logscale y\nplot " + quoted(dat_path) + " using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3'\n";
+                     "set logscale y\nplot " + engine_columns(dat("time-per-engine")) + "\n";
     emit("time-per-engine", d, gp);
   }
   // 2. Bandwidth against the link: aggregate bandwidth per engine, and the pull path's raw
   //    bandwidth measured in the same run (--measure-link) where it was.
   {
-    std::string d = "# run broadcast v1 v2 v3 link\n";
-    bool any_link = false;
-    for (const RunRow& r : runs) {
-      d += dat_label(r.label);
-      for (const char* e : kEngines) {
-        auto it = r.engines.find(e);
-        d += " " + (it == r.engines.end() ? std::string("-") : fmt_fixed(num(it->second, "aggregate_gbps"), 3));
-      }
-      d += " " + (r.link_gbps > 0 ? fmt_fixed(r.link_gbps, 3) : std::string("-")) + "\n";
-      any_link = any_link || r.link_gbps > 0;
-    }
-    const std::string p = (dir / "bandwidth.dat").string();
-    std::string gp = plot_header((dir / "bandwidth.png").string(),
+    const bool any_link = std::any_of(runs.begin(), runs.end(), [](const RunRow& r) { return r.link_gbps > 0; });
+    const std::string d =
+        "# run broadcast v1 v2 v3 link\n" +
+        engine_rows(runs, [](const nlohmann::json& e) { return fmt_fixed(num(e, "aggregate_gbps"), 3); },
+                    [](const RunRow& r) { return " " + (r.link_gbps > 0 ? fmt_fixed(r.link_gbps, 3) : std::string("-")); });
+    std::string gp = plot_header(png("bandwidth"),
                                  std::string("Aggregate bandwidth per engine") +
                                      (any_link ? " vs the measured pull-path link (hatched)" : " (no run measured its link: --measure-link)"),
                                  "GB/s received by all inference ranks (log scale)", n) +
-                     "set logscale y\nplot " + quoted(p) +
-                     " using 2:xtic(1) title 'broadcast', '' using 3 title 'v1', '' using 4 title 'v2', '' using 5 title 'v3'" +
+                     "set logscale y\nplot " + engine_columns(dat("bandwidth")) +
                      (any_link ? ", '' using 6 title 'link limit' lc rgb 'black' fs pattern 4" : "") + "\n";
     emit("bandwidth", d, gp);
   }
@@ -255,14 +259,13 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
         for (const char* ph : kPhases) d += " " + fmt_fixed(num(it->second, ph), 6);
         d += " " + fmt_fixed(num(it->second["time_s"], "avg"), 6) + "\n";
       }
-    const std::string p = (dir / "phases.dat").string();
     int bars = 0;
     for (const RunRow& r : runs) bars += int(r.engines.size());
-    std::string gp = plot_header((dir / "phases.png").string(),
+    std::string gp = plot_header(png("phases"),
                                  "Where the time goes: share of busy time per phase (trainer: gather, pack; inference: "
                                  "transfer, process, verify)",
                                  "% of the summed phase times", std::max(n, bars / 2)) +
-                     "set style histogram rowstacked\nset yrange [0:100]\nplot " + quoted(p) +
+                     "set style histogram rowstacked\nset yrange [0:100]\nplot " + quoted(dat("phases")) +
                      " using 2:xtic(1) title 'gather', '' using 3 title 'pack', '' using 4 title 'transfer', '' using 5 title "
                      "'process', '' using 6 title 'verify'\n";
     emit("phases", d, gp);

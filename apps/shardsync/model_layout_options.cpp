@@ -1,29 +1,24 @@
 #include "model_layout_options.hpp"
 
 #include "common/error.hpp"
+#include "model/bundled.hpp"
 
 namespace shardsync {
 
 void add_model_option(CLI::App* app, std::string* model, const std::string& default_model) {
   *model = default_model;
-  std::string names;
-  for (const auto& n : bundled_model_names()) names += (names.empty() ? "" : ", ") + n;
   app->add_option("--model,-m", *model,
-                  "Bundled model name or path to a HuggingFace config.json. Bundled: " + names)
+                  "Bundled model name or path to a HuggingFace config.json. Bundled: " + bundled_names_list("models"))
       ->capture_default_str();
 }
 
 void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
-  std::string models;
-  for (const auto& n : bundled_model_names()) models += (models.empty() ? "" : ", ") + n;
   app->add_option("--model,-m", opts->model,
                   "Bundled model name or path to a HuggingFace config.json (default: the layout's "
-                  "model). Bundled: " + models);
-  std::string names;
-  for (const auto& n : bundled_layout_names()) names += (names.empty() ? "" : ", ") + n;
+                  "model). Bundled: " + bundled_names_list("models"));
   app->add_option("--layout,-l", opts->layout,
                   "Bundled layout name or path to a layout JSON (model, trainer, inference); "
-                  "explicit flags override it. Bundled: " + names);
+                  "explicit flags override it. Bundled: " + bundled_names_list("layouts"));
   app->add_option("--trainer,-t", opts->trainer,
                   "Megatron trainer layout, e.g. tp4,pp2,ep8,etp1 (dp is derived when omitted; "
                   "layers=a/b/.. gives an uneven PP split)");

@@ -19,13 +19,17 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   }
 }
 
-nlohmann::json load_json_file(const std::string& path) {
+std::string read_text_file(const std::string& path, const std::string& cannot_open) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "(file)", "cannot open for reading (missing or unreadable)");
+  if (!in) throw InputError(path, "(file)", cannot_open);
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path, "(file)", "read error");
-  return parse_json_text(text.str(), path);
+  return text.str();
+}
+
+nlohmann::json load_json_file(const std::string& path) {
+  return parse_json_text(read_text_file(path, "cannot open for reading (missing or unreadable)"), path);
 }
 
 JsonFields::JsonFields(const nlohmann::json& obj, std::string source, std::string prefix)

@@ -9,6 +9,8 @@
 
 namespace shardsync {
 
+// The whole file; throws InputError(path, "(file)", cannot_open) when it cannot be opened.
+std::string read_text_file(const std::string& path, const std::string& cannot_open);
 // Parses a JSON file; throws InputError naming the file on a missing file or bad syntax.
 nlohmann::json load_json_file(const std::string& path);
 nlohmann::json parse_json_text(const std::string& text, const std::string& source);

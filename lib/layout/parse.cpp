@@ -2,8 +2,6 @@
 
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
@@ -144,27 +142,14 @@ LayoutFile parse_layout_json(const std::string& text, const std::string& source,
   return f;
 }
 
-std::vector<std::string> bundled_layout_names() {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < kNumBundledFiles; ++i)
-    if (std::string(kBundledFiles[i].kind) == "layouts") names.push_back(kBundledFiles[i].name);
-  return names;
-}
-
 LayoutFile load_layout(const std::string& name_or_path) {
-  for (size_t i = 0; i < kNumBundledFiles; ++i)
-    if (std::string(kBundledFiles[i].kind) == "layouts" && name_or_path == kBundledFiles[i].name)
-      return parse_layout_json(kBundledFiles[i].text, "bundled:" + name_or_path, name_or_path);
-  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".json")) {
-    std::string names;
-    for (const auto& n : bundled_layout_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError("--layout", name_or_path, "not a bundled layout (" + names + ") nor a path to a layout JSON");
-  }
-  std::ifstream in(name_or_path, std::ios::binary);
-  if (!in) throw InputError(name_or_path, "(file)", "cannot open layout file for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_layout_json(ss.str(), name_or_path, std::filesystem::path(name_or_path).stem().string());
+  if (const char* text = bundled_text("layouts", name_or_path))
+    return parse_layout_json(text, "bundled:" + name_or_path, name_or_path);
+  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".json"))
+    throw InputError("--layout", name_or_path,
+                     "not a bundled layout (" + bundled_names_list("layouts") + ") nor a path to a layout JSON");
+  return parse_layout_json(read_text_file(name_or_path, "cannot open layout file for reading"), name_or_path,
+                           std::filesystem::path(name_or_path).stem().string());
 }
 
 }  // namespace shardsync

@@ -28,6 +28,6 @@ struct LayoutFile {
 // By bundled name ("qwen3-235b-published") or path to a layout JSON.
 LayoutFile load_layout(const std::string& name_or_path);
 LayoutFile parse_layout_json(const std::string& text, const std::string& source, const std::string& name);
-std::vector<std::string> bundled_layout_names();
+// Bundled layouts: model/bundled.hpp, kind "layouts".
 
 }  // namespace shardsync

@@ -1,11 +1,10 @@
 #include "model/catalog.hpp"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "common/table.hpp"
+#include "common/json_input.hpp"
 #include "model/bundled.hpp"
 
 namespace shardsync {
@@ -216,40 +215,19 @@ int32_t ModelSpec::find(const std::string& hf_name) const {
 
 ModelSpec build_model(const ModelConfig& config) { return ModelSpec(config, make_params(config)); }
 
-std::vector<std::string> bundled_model_names() {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < kNumBundledFiles; ++i)
-    if (std::string(kBundledFiles[i].kind) == "models") names.push_back(kBundledFiles[i].name);
-  return names;
-}
-
-std::string bundled_model_text(const std::string& name) {
-  for (size_t i = 0; i < kNumBundledFiles; ++i)
-    if (std::string(kBundledFiles[i].kind) == "models" && name == kBundledFiles[i].name)
-      return kBundledFiles[i].text;
-  return "";
-}
-
 ModelSpec load_model(const std::string& name_or_path) {
-  std::string text = bundled_model_text(name_or_path);
-  if (!text.empty())
+  if (const char* text = bundled_text("models", name_or_path))
     return build_model(parse_model_config(text, "bundled:" + name_or_path, name_or_path));
   bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                          name_or_path.ends_with(".json");
-  if (!looks_like_path) {
-    std::string names;
-    for (const auto& n : bundled_model_names()) names += (names.empty() ? "" : ", ") + n;
+  if (!looks_like_path)
     throw InputError("--model", name_or_path,
-                     "not a bundled model name (" + names + ") nor a path to a config.json");
-  }
-  std::ifstream in(name_or_path, std::ios::binary);
-  if (!in) throw InputError(name_or_path, "(file)", "cannot open model config for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+                     "not a bundled model name (" + bundled_names_list("models") + ") nor a path to a config.json");
+  const std::string text = read_text_file(name_or_path, "cannot open model config for reading");
   std::filesystem::path p(name_or_path);
   std::string name = p.stem().string();
   if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
-  return build_model(parse_model_config(ss.str(), name_or_path, name));
+  return build_model(parse_model_config(text, name_or_path, name));
 }
 
 }  // namespace shardsync

@@ -85,9 +85,6 @@ ModelSpec build_model(const ModelConfig& config);
 
 // Loads a model by bundled name ("qwen3-235b-a22b") or by path to a config.json.
 ModelSpec load_model(const std::string& name_or_path);
-// Names of the bundled models (embedded in the binary at build time).
-std::vector<std::string> bundled_model_names();
-// The bundled config text for a name, or "" if none.
-std::string bundled_model_text(const std::string& name);
+// Bundled models (embedded at build time): model/bundled.hpp, kind "models".
 
 }  // namespace shardsync

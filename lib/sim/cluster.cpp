@@ -1,8 +1,6 @@
 #include "sim/cluster.hpp"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
@@ -67,14 +65,10 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {
-  for (size_t i = 0; i < kNumBundledFiles; ++i)
-    if (std::string(kBundledFiles[i].kind) == "clusters" && name_or_path == kBundledFiles[i].name)
-      return parse_cluster_json(kBundledFiles[i].text, "bundled:" + name_or_path, name_or_path);
-  std::ifstream in(name_or_path, std::ios::binary);
-  if (!in) throw InputError(name_or_path, "(file)", "cannot open cluster file (not a bundled cluster name either)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_cluster_json(ss.str(), name_or_path, std::filesystem::path(name_or_path).stem().string());
+  if (const char* text = bundled_text("clusters", name_or_path))
+    return parse_cluster_json(text, "bundled:" + name_or_path, name_or_path);
+  return parse_cluster_json(read_text_file(name_or_path, "cannot open cluster file (not a bundled cluster name either)"),
+                            name_or_path, std::filesystem::path(name_or_path).stem().string());
 }
 
 }  // namespace shardsync

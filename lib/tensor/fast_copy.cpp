@@ -79,8 +79,9 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
 // dst[i * a.dst_stride + j] = src[i + j * b.src_stride]: source rows j are contiguous in i,
 // destination rows i contiguous in j. Blocks of 512 x 512 elements keep the pages both sides
 // touch within the TLB; inside a block, 8 x 8 register transposes (16-bit elements, the
-// bf16 of Llama-4's experts) or element moves. Transposing is compute-bound, not
-// bandwidth-bound, on a CPU: the micro-benchmarks state how far from memcpy it stays.
+// bf16 of Llama-4's experts) or element moves. It stays far from memcpy (source rows a
+// power-of-two stride apart, destination lines written in pieces): the micro-benchmarks
+// say how far.
 template <class E>
 void transpose(const CopyDim& a, const CopyDim& b, const std::byte* s, std::byte* t) {
   constexpr int64_t kBlock = 512;

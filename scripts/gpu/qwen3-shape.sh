@@ -16,26 +16,11 @@ OUT="${OUT:-results/gpu/qwen3-shape}"
 LOGS="${LOGS:-$OUT/logs}"
 CASES="${CASES:-dp4ep4 tp2x2}"
 SYNCS="${SYNCS:-2}"
-mkdir -p "$OUT" "$LOGS"
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-SUM="$OUT/summary.txt"
-touch "$SUM"
-say() { echo "$@" | tee -a "$SUM"; }
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+SUM_MODE=append source scripts/gpu/common.sh
 say "# Qwen3 experiment shape, $(date -u +%Y-%m-%dT%H:%MZ), git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), cases: $CASES"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 say "# placement: $gpus GPU(s) for 8 ranks: trainer ranks 0-3 on GPU 0..$(( gpus >= 2 ? gpus / 2 - 1 : 0 )), inference ranks 4-7 on the rest"
 [[ "$gpus" -lt 8 ]] && say "# NOT the published placement (one GPU per rank): ranks share GPUs; gathers and broadcast are host-staged MPI"
-
-step() {  # name timeout command...
-  local name="$1" limit="$2"; shift 2
-  say "## $name: $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  say "## $name: exit $rc after $((SECONDS - t0)) s"
-  return $rc
-}
 
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
   -DSHARDSYNC_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc) --target shardsync" \

@@ -12,12 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/latest}"
 LOGS="${LOGS:-$OUT/logs}"
-mkdir -p "$OUT" "$LOGS"
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-SUM="$OUT/summary.txt"
-: > "$SUM"
-say() { echo "$@" | tee -a "$SUM"; }
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+source scripts/gpu/common.sh
 say "# GPU benchmark, $(date -u +%Y-%m-%dT%H:%MZ), git $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 if [[ "$gpus" -ge 2 ]]; then
@@ -27,16 +22,6 @@ else
   say "# placement: ONE GPU shared by every rank (trainer and inference copies on the same H200); NCCL refuses"
   say "# two ranks on one GPU, so trainer gathers and the broadcast baseline go through host-staged MPI"
 fi
-
-step() {  # name timeout command...
-  local name="$1" limit="$2"; shift 2
-  say "## $name: $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  say "## $name: exit $rc after $((SECONDS - t0)) s"
-  return $rc
-}
 
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
