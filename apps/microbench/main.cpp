@@ -3,6 +3,7 @@
 //
 //   shardsync-microbench [--benchmark_filter=Copy] [--benchmark_out=mb.json --benchmark_out_format=json]
 //   mpirun -np 4 shardsync-microbench            # the engine benchmarks (many tiny tensors)
+//   shardsync-microbench --no-avx2 --tile-width=64   # transpose kernel and tile other than the CPU's
 //
 // One process: pack and unpack of real plan entries against memcpy of the same bytes
 // (BM_Copy/<case>/<op>), plan recording per rank (BM_PlanRecord) and plan file loading
@@ -275,8 +276,24 @@ int main(int argc, char** argv) {
   // single-process benchmarks, without initializing MPI.
   const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
   int rank = 0, size = 1, status = 0;
-  std::vector<char*> args(argv, argv + argc);
+  std::vector<char*> args;
+  for (int k = 0; k < argc; ++k) {
+    // --no-avx2: transpose with the SSE2 kernel; --tile-width=64|128: the transpose tile
+    // (both to compare with what the CPU gets by default).
+    if (std::strcmp(argv[k], "--no-avx2") == 0) fast_copy_allow_avx2(false);
+    else if (std::strncmp(argv[k], "--tile-width=", 13) == 0) {
+      const std::string w = argv[k] + 13;
+      if (w != "64" && w != "128") {
+        std::cerr << "shardsync-microbench: error: --tile-width=" << w << ": expected 64 or 128\n";
+        return 2;  // before MPI starts: every rank stops here alike
+      }
+      fast_copy_set_tile_width(std::stoi(w));
+    } else {
+      args.push_back(argv[k]);
+    }
+  }
   try {
+    benchmark::AddCustomContext("copy_transpose_kernel", fast_copy_transpose_kernel());
     if (mpi) {
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);

@@ -4,14 +4,22 @@
 //    threshold: the destination (a send buffer, a layerwise buffer) is not read again by
 //    this core soon, and streaming stores skip the read-for-ownership of every line;
 //  - short runs (a quarter of every source row, say) prefetch the source a few runs ahead;
-//  - a transposing copy (Llama-4's expert weights) goes in 512 x 512 blocks of 8 x 8 register
-//    transposes (16-bit elements), so the pages both sides touch stay within the TLB.
+//  - a transposing copy of 16-bit elements (Llama-4's expert weights) goes in tiles gathered
+//    into an L1 buffer, transposed there in registers (AVX2 where the CPU has it, else SSE2)
+//    and written out as whole-line runs; other element sizes and the tiles' ragged edges go
+//    in 512 x 512 blocks.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #endif
 
 #include "tensor/view.hpp"
@@ -52,17 +60,25 @@ void copy_run(std::byte* t, const std::byte* s, size_t n, bool stream) {
   std::memcpy(t, s, n);
 }
 
+// Tests turn the AVX2 tile kernel off to check the SSE2 one (fast_copy_allow_avx2).
+std::atomic<bool> g_avx2_allowed{true};
+std::atomic<int> g_tile_width{0};  // 16-bit transpose tile width; 0: the CPU's default
+
 #if defined(__SSE2__)
 // 8 x 8 transpose of 16-bit elements: 8 source rows (stride ss) of 8 -> 8 destination rows
-// (stride ds) of 8, in registers.
+// (stride ds) of 8, in registers. (The loops are unrolled by pragma: at -O2 GCC otherwise
+// keeps the arrays in memory and the transpose runs at half speed.)
 inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds) {
   __m128i r[8], u[8];
+#pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k * ss));
+#pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     u[k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
     u[k + 4] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
   }
   // u[0..3]: columns 0-3 of row pairs; u[4..7]: columns 4-7.
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     __m128i* q = u + 4 * h;
     __m128i b0 = _mm_unpacklo_epi32(q[0], q[1]), b1 = _mm_unpackhi_epi32(q[0], q[1]);
@@ -74,24 +90,135 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * ds), _mm_unpackhi_epi64(b1, b3));
   }
 }
+
+// 16-bit transposes of whole tiles: TJ source rows of kTileI elements (a 64-byte line each)
+// are gathered into an L1 buffer, transposed there into kTileI rows of TJ, and written out
+// as destination runs of TJ elements (streaming when the copy is large), while the next
+// tile's source lines are prefetched. Each side then moves whole lines in runs the memory
+// system takes well, whatever the strides. The tile width that works best differs by CPU
+// (Llama-4's expert shapes, bf16, % of memcpy, medians; results/perf/transpose-tiles/):
+//   AMD EPYC (Zen 3, 512 KiB L2, the dev VM):   TJ 128: 62-91 / 69-93   TJ 64: 55-75 / 53-86
+//   Intel Xeon (2 MiB L2, the GPU host):        TJ 128: 27 / 63         TJ 64: 80 / 107
+// so AMD CPUs get 128 and others 64 (fast_copy_set_tile_width overrides it).
+constexpr int kTileI = 32;
+using TileKernel = void (*)(const uint16_t* a, uint16_t* b);  // a [TJ][kTileI] -> b [kTileI][TJ]
+
+template <int TJ>
+void tile_sse2(const uint16_t* a, uint16_t* b) {
+  for (int i = 0; i < kTileI; i += 8)
+    for (int j = 0; j < TJ; j += 8) transpose8x8_16(a + i + j * kTileI, kTileI, b + i * TJ + j, TJ);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SHARDSYNC_HAVE_AVX2_TILE 1
+// 8 source rows of 16 -> 16 destination rows of 8: two 8 x 8 transposes, one per 128-bit lane.
+__attribute__((target("avx2"))) inline void transpose8x16_16(const uint16_t* s, int64_t ss, uint16_t* t,
+                                                            int64_t ds) {
+  __m256i r[8], u[8], v[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k * ss));
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    u[k] = _mm256_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+    u[k + 4] = _mm256_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i* q = u + 4 * h;
+    __m256i b0 = _mm256_unpacklo_epi32(q[0], q[1]), b1 = _mm256_unpackhi_epi32(q[0], q[1]);
+    __m256i b2 = _mm256_unpacklo_epi32(q[2], q[3]), b3 = _mm256_unpackhi_epi32(q[2], q[3]);
+    v[4 * h] = _mm256_unpacklo_epi64(b0, b2);
+    v[4 * h + 1] = _mm256_unpackhi_epi64(b0, b2);
+    v[4 * h + 2] = _mm256_unpacklo_epi64(b1, b3);
+    v[4 * h + 3] = _mm256_unpackhi_epi64(b1, b3);
+  }
+  // v[k]: low lane is destination row k, high lane row k + 8.
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t + k * ds), _mm256_castsi256_si128(v[k]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t + (k + 8) * ds), _mm256_extracti128_si256(v[k], 1));
+  }
+}
+
+template <int TJ>
+__attribute__((target("avx2"))) void tile_avx2(const uint16_t* a, uint16_t* b) {
+  for (int i = 0; i < kTileI; i += 16)
+    for (int j = 0; j < TJ; j += 8) transpose8x16_16(a + i + j * kTileI, kTileI, b + i * TJ + j, TJ);
+}
 #endif
 
-// dst[i * a.dst_stride + j] = src[i + j * b.src_stride]: source rows j are contiguous in i,
-// destination rows i contiguous in j. Blocks of 512 x 512 elements keep the pages both sides
-// touch within the TLB; inside a block, 8 x 8 register transposes (16-bit elements, the
-// bf16 of Llama-4's experts) or element moves. It stays far from memcpy (source rows a
-// power-of-two stride apart, destination lines written in pieces): the micro-benchmarks
-// say how far.
+template <int TJ>
+TileKernel tile_kernel() {
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && g_avx2_allowed.load(std::memory_order_relaxed)) return tile_avx2<TJ>;
+#endif
+  return tile_sse2<TJ>;
+}
+
+// One destination run of a tile, `bytes` a multiple of 16; streaming where it is aligned.
+inline void store_run(std::byte* t, const std::byte* b, int bytes, bool stream) {
+  const bool nt = stream && (reinterpret_cast<uintptr_t>(t) & 15) == 0;
+  for (int x = 0; x < bytes; x += 16) {
+    const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(b + x));
+    if (nt) _mm_stream_si128(reinterpret_cast<__m128i*>(t + x), v);
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(t + x), v);
+  }
+}
+
+// dst[i * ds + j] = src[i + j * ss] for i < ni, j < nj, both multiples of the tile.
+template <int TJ>
+void transpose16_tiled(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, int64_t ni, int64_t nj, bool stream) {
+  // b starts 4 KiB past the end of a: stores to b then loads from a at the same address
+  // modulo 4 KiB (which the core must check against each other) are fewer; 15% faster in
+  // the register kernels than b right after a.
+  alignas(64) uint16_t buf[TJ * kTileI + 2048 + kTileI * TJ];
+  uint16_t* const a = buf;
+  uint16_t* const b = buf + TJ * kTileI + 2048;
+  const TileKernel kernel = tile_kernel<TJ>();
+  for (int64_t j0 = 0; j0 < nj; j0 += TJ)
+    for (int64_t i0 = 0; i0 < ni; i0 += kTileI) {
+      for (int r = 0; r < TJ; ++r) std::memcpy(a + r * kTileI, s + (j0 + r) * ss + i0, kTileI * 2);
+      kernel(a, b);
+      int64_t pi = i0 + kTileI, pj = j0;  // the next tile, prefetched while this one is written
+      if (pi == ni) pi = 0, pj += TJ;
+      const uint16_t* next = pj < nj ? s + pj * ss + pi : nullptr;
+      for (int i = 0; i < kTileI; ++i) {
+        store_run(reinterpret_cast<std::byte*>(t + (i0 + i) * ds + j0), reinterpret_cast<const std::byte*>(b + i * TJ),
+                  TJ * 2, stream);
+        if (!next) continue;
+        for (int r = i * (TJ / kTileI), re = r + TJ / kTileI; r < re; ++r) {
+          const char* p = reinterpret_cast<const char*>(next + r * ss);
+          _mm_prefetch(p, _MM_HINT_T0);
+          if (reinterpret_cast<uintptr_t>(p) & 63) _mm_prefetch(p + kTileI * 2 - 1, _MM_HINT_T0);
+        }
+      }
+    }
+}
+
+int default_tile_width() {
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+  if (__builtin_cpu_is("amd")) return 128;
+#endif
+  return 64;
+}
+int tile_width() {
+  static const int dflt = default_tile_width();
+  const int w = g_tile_width.load(std::memory_order_relaxed);
+  return w ? w : dflt;
+}
+#endif
+
+// dst[i * ds + j] = src[i + j * ss] for i in [i0, i1), j in [j0, j1): source rows j are
+// contiguous in i, destination rows i contiguous in j. Blocks of 512 x 512 elements, inside
+// them 8 x 8 register transposes (16-bit elements) or element moves. What the tiles leave.
 template <class E>
-void transpose(const CopyDim& a, const CopyDim& b, const std::byte* s, std::byte* t) {
+void transpose_blocked(const E* sp, int64_t ss, E* tp, int64_t ds, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   constexpr int64_t kBlock = 512;
-  const E* sp = reinterpret_cast<const E*>(s);
-  E* tp = reinterpret_cast<E*>(t);
-  const int64_t ss = b.src_stride, ds = a.dst_stride;
-  for (int64_t jb = 0; jb < b.size; jb += kBlock) {
-    const int64_t je = std::min(b.size, jb + kBlock);
-    for (int64_t ib = 0; ib < a.size; ib += kBlock) {
-      const int64_t ie = std::min(a.size, ib + kBlock);
+  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+    const int64_t je = std::min(j1, jb + kBlock);
+    for (int64_t ib = i0; ib < i1; ib += kBlock) {
+      const int64_t ie = std::min(i1, ib + kBlock);
       int64_t j8 = jb, i8 = ie;
 #if defined(__SSE2__)
       if constexpr (sizeof(E) == 2) {
@@ -111,6 +238,31 @@ void transpose(const CopyDim& a, const CopyDim& b, const std::byte* s, std::byte
       }
     }
   }
+}
+
+// One transposing copy: a.size rows i (source stride 1), b.size columns j (destination
+// stride 1). 16-bit elements go through whole tiles where they fit.
+template <class E>
+void transpose(const CopyDim& a, const CopyDim& b, const std::byte* s, std::byte* t, bool stream) {
+  const E* sp = reinterpret_cast<const E*>(s);
+  E* tp = reinterpret_cast<E*>(t);
+  const int64_t ss = b.src_stride, ds = a.dst_stride, ni = a.size, nj = b.size;
+  int64_t fi = 0, fj = 0;  // the tiled part: [0, fi) x [0, fj)
+#if defined(__SSE2__)
+  if constexpr (sizeof(E) == 2) {
+    const int w = tile_width();
+    fi = ni / kTileI * kTileI;
+    fj = nj / w * w;
+    const auto* s16 = reinterpret_cast<const uint16_t*>(sp);
+    auto* t16 = reinterpret_cast<uint16_t*>(tp);
+    if (fi == 0 || fj == 0) fi = fj = 0;
+    else if (w == 128) transpose16_tiled<128>(s16, ss, t16, ds, fi, fj, stream);
+    else transpose16_tiled<64>(s16, ss, t16, ds, fi, fj, stream);
+  }
+#endif
+  (void)stream;
+  transpose_blocked(sp, ss, tp, ds, 0, fi, fj, nj);   // right of the tiles
+  transpose_blocked(sp, ss, tp, ds, fi, ni, 0, nj);   // below them
 }
 
 // Walks the outer loops of a copy (all but the innermost `inner_dims`), keeping the element
@@ -166,6 +318,23 @@ void for_each_outer(const CopyDesc& d, size_t inner_dims, int64_t eb, const void
 
 }  // namespace
 
+bool fast_copy_allow_avx2(bool allowed) { return g_avx2_allowed.exchange(allowed); }
+
+std::string fast_copy_transpose_kernel() {
+#if defined(__SSE2__)
+  const int w = tile_width();
+  const bool sse2 = (w == 128 ? tile_kernel<128>() == tile_sse2<128> : tile_kernel<64>() == tile_sse2<64>);
+  return std::string(sse2 ? "sse2" : "avx2") + ", " + std::to_string(kTileI) + "x" + std::to_string(w) + " tiles";
+#else
+  return "scalar";
+#endif
+}
+
+int fast_copy_set_tile_width(int width) {
+  if (width != 0 && width != 64 && width != 128) throw std::invalid_argument("transpose tile width must be 0, 64 or 128");
+  return g_tile_width.exchange(width);
+}
+
 void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t eb) {
   if (d.numel == 0) return;
   const bool stream = d.numel * eb >= kStreamBytes;
@@ -176,23 +345,28 @@ void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t eb
     const CopyDim& a = d.dims[n - 2];
     for_each_outer(d, 2, eb, src, dst, 0, [&](const std::byte* s, std::byte* t, const std::byte*) {
       switch (eb) {
-        case 1: transpose<uint8_t>(a, in, s, t); break;
-        case 2: transpose<uint16_t>(a, in, s, t); break;
-        case 4: transpose<uint32_t>(a, in, s, t); break;
-        default: transpose<uint64_t>(a, in, s, t); break;
+        case 1: transpose<uint8_t>(a, in, s, t, stream); break;
+        case 2: transpose<uint16_t>(a, in, s, t, stream); break;
+        case 4: transpose<uint32_t>(a, in, s, t, stream); break;
+        default: transpose<uint64_t>(a, in, s, t, stream); break;
       }
     });
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
     return;
   }
   if (in.src_stride == 1 && in.dst_stride == 1) {
     // Runs shorter than a few pages defeat the hardware prefetchers (each run is a new
-    // stream): prefetch the source of the run about 8 KiB ahead while copying this one.
+    // stream): prefetch the source of the run about 8 KiB ahead while copying this one, into
+    // L2 (on the GPU host's Xeon 137% of memcpy for expert w2 where into L1 gave 103%; the
+    // same on the dev VM: results/perf/transpose-tiles/).
     const size_t run = size_t(in.size * eb);
     const int64_t ahead = d.numel == in.size || run >= kPrefetchBelow ? 0 : std::max<int64_t>(1, kPrefetchBytes / int64_t(run));
     for_each_outer(d, 1, eb, src, dst, ahead, [&](const std::byte* s, std::byte* t, const std::byte* next) {
 #if defined(__SSE2__)
       if (next)
-        for (size_t k = 0; k < run; k += 64) _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T0);
+        for (size_t k = 0; k < run; k += 64) _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T1);
 #endif
       copy_run(t, s, run, stream);
     });

@@ -84,6 +84,13 @@ void copy_strided_run(const CopyDim& in, const std::byte* src, std::byte* dst, i
 // The same copy, fast (fast_copy.cpp): streaming stores for large copies, tiled transposes.
 // The CPU device runs this one; tests hold it to execute_copy.
 void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t elem_bytes);
+// How execute_copy_fast transposes 16-bit elements, e.g. "avx2, 32x128 tiles" (benchmarks
+// report it). fast_copy_allow_avx2(false) falls back to the SSE2 registers;
+// fast_copy_set_tile_width(64 or 128; 0 for the CPU's default) sets the tile. Both return
+// the previous setting (tests try every combination).
+std::string fast_copy_transpose_kernel();
+bool fast_copy_allow_avx2(bool allowed);
+int fast_copy_set_tile_width(int width);
 // Visits every (src_index, dst_index) pair in row-major order of the destination.
 template <class F>
 void for_each_index(const CopyDesc& d, F&& f) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "tensor/ops.hpp"
 #include "tensor/real_tensor.hpp"
@@ -203,6 +204,42 @@ TEST(View, FastCopyMatchesReferenceOnItsFastPaths) {
   SubView big = SubView::contiguous({1024, 640});
   big.transpose(0, 1);
   expect_fast_matches_reference(make_pack_desc(big, 0), 2, 1024 * 640, big.numel(), "large transpose");
+}
+
+TEST(View, FastCopyTransposeTilesMatchReferenceWithEitherKernel) {
+  // 16-bit transposes go through 32 x 64 or 32 x 128 tiles (AVX2 or SSE2 registers), leaving
+  // ragged edges to 8 x 8 blocks; destination rows here are not 16-byte aligned, and the
+  // larger copies (over 1 MiB) write the tiles with streaming stores.
+  struct Case {
+    int64_t rows, cols, first, count, offset;
+  };
+  const Case cases[] = {
+      {333, 1000, 5, 990, 0},   // 990 x 333: ragged on both sides, odd destination rows
+      {700, 1000, 0, 1000, 1},  // 1000 x 700 (1.4 MB, streaming), shifted by an element
+      {650, 2048, 0, 2048, 0},  // whole tiles one way, 650 = 5 x 128 + 10 the other
+      {127, 4096, 0, 4096, 3},  // too narrow for a tile: 8 x 8 blocks only
+  };
+  const bool avx2_before = fast_copy_allow_avx2(true);
+  const int width_before = fast_copy_set_tile_width(0);
+  for (int combo = 0; combo < 4; ++combo) {
+    fast_copy_allow_avx2(combo & 1);
+    fast_copy_set_tile_width(combo & 2 ? 64 : 128);
+    for (const Case& c : cases) {
+      SubView v = SubView::contiguous({2, c.rows, c.cols});
+      v.select(0, 1);
+      v.transpose(0, 1);
+      v.narrow(0, c.first, c.count);
+      const std::string what = fast_copy_transpose_kernel() + ": " + std::to_string(c.count) + " x " + std::to_string(c.rows);
+      // 256 elements of slack after each destination: a tile running past the end shows.
+      expect_fast_matches_reference(make_pack_desc(v, c.offset), 2, 2 * c.rows * c.cols,
+                                    v.numel() + c.offset + 256, what + " pack");
+      expect_fast_matches_reference(make_copy_desc(SubView::contiguous(v.shape()), v), 2, v.numel(),
+                                    2 * c.rows * c.cols + 256, what + " transposing unpack");
+    }
+  }
+  fast_copy_allow_avx2(avx2_before);
+  fast_copy_set_tile_width(width_before);
+  EXPECT_THROW(fast_copy_set_tile_width(96), std::invalid_argument);
 }
 
 TEST(View, Llama4RopePermutationStaysAView) {
