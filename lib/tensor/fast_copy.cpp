@@ -98,7 +98,7 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
 // system takes well, whatever the strides. The tile width that works best differs by CPU
 // (Llama-4's expert shapes, bf16, % of memcpy, medians; results/perf/transpose-tiles/):
 //   AMD EPYC (Zen 3, 512 KiB L2, the dev VM):   TJ 128: 62-91 / 69-93   TJ 64: 55-75 / 53-86
-//   Intel Xeon (2 MiB L2, the GPU host):        TJ 128: 27 / 63         TJ 64: 80 / 107
+//   Intel Xeon (2 MiB L2, the GPU host):        TJ 128: 27 / 63-66      TJ 64: 65-80 / 80-107
 // so AMD CPUs get 128 and others 64 (fast_copy_set_tile_width overrides it).
 constexpr int kTileI = 32;
 using TileKernel = void (*)(const uint16_t* a, uint16_t* b);  // a [TJ][kTileI] -> b [kTileI][TJ]
@@ -359,8 +359,8 @@ void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t eb
   if (in.src_stride == 1 && in.dst_stride == 1) {
     // Runs shorter than a few pages defeat the hardware prefetchers (each run is a new
     // stream): prefetch the source of the run about 8 KiB ahead while copying this one, into
-    // L2 (on the GPU host's Xeon 137% of memcpy for expert w2 where into L1 gave 103%; the
-    // same on the dev VM: results/perf/transpose-tiles/).
+    // L2 (on the GPU host's Xeon 129-137% of memcpy for expert w2 where into L1 gave 98-103%;
+    // no worse on the dev VM: results/perf/transpose-tiles/).
     const size_t run = size_t(in.size * eb);
     const int64_t ahead = d.numel == in.size || run >= kPrefetchBelow ? 0 : std::max<int64_t>(1, kPrefetchBytes / int64_t(run));
     for_each_outer(d, 1, eb, src, dst, ahead, [&](const std::byte* s, std::byte* t, const std::byte* next) {
