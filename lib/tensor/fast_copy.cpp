@@ -147,11 +147,20 @@ __attribute__((target("avx2"))) void tile_avx2(const uint16_t* a, uint16_t* b) {
 }
 #endif
 
+// Whether the tiles go through AVX2: the CPU has it and tests have not turned it off.
+bool avx2_tiles() {
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 && g_avx2_allowed.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
 template <int TJ>
 TileKernel tile_kernel() {
 #if defined(SHARDSYNC_HAVE_AVX2_TILE)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && g_avx2_allowed.load(std::memory_order_relaxed)) return tile_avx2<TJ>;
+  if (avx2_tiles()) return tile_avx2<TJ>;
 #endif
   return tile_sse2<TJ>;
 }
@@ -322,9 +331,8 @@ bool fast_copy_allow_avx2(bool allowed) { return g_avx2_allowed.exchange(allowed
 
 std::string fast_copy_transpose_kernel() {
 #if defined(__SSE2__)
-  const int w = tile_width();
-  const bool sse2 = (w == 128 ? tile_kernel<128>() == tile_sse2<128> : tile_kernel<64>() == tile_sse2<64>);
-  return std::string(sse2 ? "sse2" : "avx2") + ", " + std::to_string(kTileI) + "x" + std::to_string(w) + " tiles";
+  return std::string(avx2_tiles() ? "avx2" : "sse2") + ", " + std::to_string(kTileI) + "x" +
+         std::to_string(tile_width()) + " tiles";
 #else
   return "scalar";
 #endif
