@@ -5,7 +5,7 @@ Runs the micro-benchmarks and a short engine run on local ranks, turns them into
 do not depend on how fast the machine is, and compares those with the thresholds committed in
 results/perf-baseline.json:
 
-  copy.<case>.pack, copy.<case>.unpack   memcpy time / pack (unpack) time of the same bytes
+  copy.<case>.pack, .pack_each, .unpack memcpy time / pack (unpack) time of the same bytes
                                          (shardsync-microbench BM_Copy), higher is better
   engine.<e>.vs_broadcast                broadcast sync time / engine sync time, same run
                                          (shardsync bench --layout perf-gate-local), higher is better

@@ -5,7 +5,8 @@
 //   mpirun -np 4 shardsync-microbench            # the engine benchmarks (many tiny tensors)
 //   shardsync-microbench --no-avx2 --tile-width=64   # transpose kernel and tile other than the CPU's
 //
-// One process: pack and unpack of real plan entries against memcpy of the same bytes
+// One process: pack and unpack of real plan entries (every rank of one replica; packed in
+// one launch, as the engines do, and one launch per rank) against memcpy of the same bytes
 // (BM_Copy/<case>/<op>), plan recording per rank (BM_PlanRecord) and plan file loading
 // (BM_PlanLoad). Under mpirun (4 ranks): one sync of each engine on a model of thousands
 // of tiny tensors (BM_EngineSync/<engine>), every byte verified, with the per-tensor cost.
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,20 +71,29 @@ bool matches(const CopyCase& c, const std::string& name) {
          std::any_of(c.any_of.begin(), c.any_of.end(), [&](const char* t) { return name.find(t) != std::string::npos; });
 }
 
-// The entries' sources and destinations, each in its own buffer holding just the span the
-// entry touches (a Llama-4 fused expert tensor is 2.7 GB; one expert's slice is enough).
+// The entries of every rank of one replica (the consumers one trainer rank packs for), a
+// source buffer per HF tensor holding just the span they touch (a Llama-4 fused expert
+// tensor is 2.7 GB; one expert's slice is enough), a destination buffer per entry.
 struct CopySet {
   std::unique_ptr<Device> dev = make_cpu_device();
   std::vector<DeviceBuffer> src, dst;
   DeviceBuffer packed, other;
-  std::vector<CopyJob> pack, unpack;
-  std::vector<CopyDesc> direct;  // source -> destination, for the check
+  std::vector<CopyJob> pack, unpack;      // pack: one launch for all ranks, as the engines' rounds
+  std::vector<std::vector<CopyJob>> pack_each;  // one launch per rank
+  std::vector<CopyDesc> direct;           // source -> destination, for the check
+  std::vector<size_t> direct_src;         // its source buffer
   int64_t bytes = 0;
+  int ranks = 0;
 };
 
-// Cuts the outermost loops of a copy until it moves at most `cap` bytes.
+// Cuts the outermost loops of a copy until it moves at most `cap` bytes (a contiguous copy,
+// one loop, gets shorter). A transpose keeps its two loops whole: cutting them would narrow
+// the source rows it reads, which slows it, unlike the plan's entries (Llama-4: one expert's
+// 2048 columns of 5120 rows).
 CopyDesc trim(CopyDesc d, int64_t eb, int64_t cap) {
-  for (size_t k = 0; k + 1 < d.dims.size() && d.numel * eb > cap; ++k) {
+  const bool transpose = d.dims.size() >= 2 && d.dims.back().src_stride != 1;
+  const size_t cuttable = d.dims.size() - (transpose ? 2 : 0);
+  for (size_t k = 0; k < cuttable && d.numel * eb > cap; ++k) {
     const int64_t inner = d.numel / d.dims[k].size;
     d.dims[k].size = std::max<int64_t>(1, cap / (inner * eb));
     d.numel = inner * d.dims[k].size;
@@ -108,34 +119,76 @@ CopySet build_copy_set(const CopyCase& c) {
   InferenceLayout l = parse_inference_spec(c.inference);
   l.replicas = 1;
   InferencePlacement inf(m, l);
-  RankPlan plan = record_rank_plan(m, inf, 0);
   CopySet s;
-  std::vector<std::pair<CopyDesc, int32_t>> picked;
-  for (const PlanEntry& e : plan.entries) {
-    if (e.is_fill() || !matches(c, m.param(e.hf_param).name)) continue;
-    const int64_t eb = dtype_bytes(m.param(e.hf_param).dtype);
-    CopyDesc d = trim(e.copy, eb, kCaseBytes / 2);
-    picked.emplace_back(d, int32_t(eb));
-    s.bytes += d.numel * eb;
+  s.ranks = inf.world_size();
+  // Per rank, its matching entries by HF tensor; tensors taken in rank 0's order until the
+  // case has its bytes (each rank's entry cut to an equal share of half of them; a transpose
+  // stays whole: Llama-4 takes one expert's gate_up of each of the four ranks, 80 MiB).
+  std::vector<std::map<int32_t, std::vector<CopyDesc>>> by_rank(size_t(s.ranks));
+  std::vector<int32_t> order;
+  for (int r = 0; r < s.ranks; ++r)
+    for (const PlanEntry& e : record_rank_plan(m, inf, r).entries) {
+      if (e.is_fill() || !matches(c, m.param(e.hf_param).name)) continue;
+      const int64_t eb = dtype_bytes(m.param(e.hf_param).dtype);
+      auto& v = by_rank[size_t(r)][e.hf_param];
+      if (r == 0 && v.empty()) order.push_back(e.hf_param);
+      v.push_back(trim(e.copy, eb, kCaseBytes / 2 / s.ranks));
+    }
+  struct Picked {
+    CopyDesc d;
+    int rank;
+    size_t src;
+  };
+  std::vector<Picked> picked;
+  std::vector<int32_t> src_eb;
+  for (int32_t hf : order) {
     if (s.bytes >= kCaseBytes) break;
+    const int64_t eb = dtype_bytes(m.param(hf).dtype);
+    // The k-th entry of every rank, while the case is short of its bytes.
+    const size_t first = picked.size();
+    for (size_t k = 0; s.bytes < kCaseBytes; ++k) {
+      bool any = false;
+      for (int r = 0; r < s.ranks; ++r) {
+        const auto& v = by_rank[size_t(r)][hf];
+        if (k >= v.size()) continue;
+        picked.push_back(Picked{v[k], r, s.src.size()});
+        s.bytes += v[k].numel * eb;
+        any = true;
+      }
+      if (!any) break;
+    }
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+    for (size_t i = first; i < picked.size(); ++i) {
+      int64_t a = 0, b = 0;
+      source_range(picked[i].d, &a, &b);
+      lo = std::min(lo, a);
+      hi = std::max(hi, b);
+    }
+    for (size_t i = first; i < picked.size(); ++i) {
+      picked[i].d.src_offset -= lo;
+      picked[i].d.dst_offset = 0;
+    }
+    s.src.emplace_back(s.dev.get(), (hi - lo) * eb);
+    uint8_t* p = s.src.back().data();
+    for (int64_t i = 0; i < (hi - lo) * eb; ++i) p[i] = uint8_t(i * 151 + (i >> 9) + hf);  // real pages
+    src_eb.push_back(int32_t(eb));
   }
   if (picked.empty()) throw Error(std::string("microbench case ") + c.name + ": no plan entries matched");
   s.packed = DeviceBuffer(s.dev.get(), s.bytes);
   s.other = DeviceBuffer(s.dev.get(), s.bytes);
+  s.pack_each.resize(size_t(s.ranks));
   int64_t off = 0;
-  for (auto& [d, eb] : picked) {
-    CopyDesc rebased = d;
-    rebased.src_offset = 0;
-    rebased.dst_offset = 0;
-    const int64_t ns = extent(rebased, true), nd = extent(rebased, false);
-    s.src.emplace_back(s.dev.get(), ns * eb);
-    s.dst.emplace_back(s.dev.get(), nd * eb);
-    for (int64_t i = 0; i < ns * eb; ++i) s.src.back().data()[i] = uint8_t(i * 151 + (i >> 9));  // real pages
-    std::memset(s.dst.back().data(), 0, size_t(nd * eb));
-    s.direct.push_back(rebased);
-    s.pack.push_back(CopyJob{s.src.back().data(), s.packed.data() + off, with_contiguous_dst(rebased), eb});
-    s.unpack.push_back(CopyJob{s.packed.data() + off, s.dst.back().data(), with_contiguous_src(rebased), eb});
-    off += rebased.numel * eb;
+  for (const Picked& k : picked) {
+    const int32_t eb = src_eb[k.src];
+    s.dst.emplace_back(s.dev.get(), extent(k.d, false) * eb);
+    std::memset(s.dst.back().data(), 0, size_t(s.dst.back().size()));
+    s.direct.push_back(k.d);
+    s.direct_src.push_back(k.src);
+    const CopyJob pack{s.src[k.src].data(), s.packed.data() + off, with_contiguous_dst(k.d), eb};
+    s.pack.push_back(pack);
+    s.pack_each[size_t(k.rank)].push_back(pack);
+    s.unpack.push_back(CopyJob{s.packed.data() + off, s.dst.back().data(), with_contiguous_src(k.d), eb});
+    off += k.d.numel * eb;
   }
   std::memset(s.packed.data(), 0, size_t(s.bytes));
   std::memset(s.other.data(), 0, size_t(s.bytes));
@@ -146,16 +199,22 @@ CopySet build_copy_set(const CopyCase& c) {
 // source: the engines' tests verify every byte; this keeps the benchmark from timing a
 // broken copy.
 void check_round_trip(CopySet& s, const char* name) {
-  s.dev->copy(s.pack);
-  s.dev->copy(s.unpack);
-  s.dev->synchronize();
-  for (size_t i = 0; i < s.unpack.size(); ++i) {
-    const int64_t eb = s.unpack[i].elem_bytes;
-    std::vector<uint8_t> want(size_t(extent(s.direct[i], false) * eb), 0);
-    execute_copy(s.direct[i], s.src[i].data(), want.data(), eb);
-    if (std::memcmp(want.data(), s.dst[i].data(), want.size()) != 0)
-      throw Error(std::string("microbench case ") + name + ": pack + unpack of entry " + std::to_string(i) +
-                  " differs from the reference copy");
+  for (bool each : {false, true}) {
+    for (DeviceBuffer& d : s.dst) std::memset(d.data(), 0, size_t(d.size()));
+    if (each)
+      for (const auto& jobs : s.pack_each) s.dev->copy(jobs);
+    else
+      s.dev->copy(s.pack);
+    s.dev->copy(s.unpack);
+    s.dev->synchronize();
+    for (size_t i = 0; i < s.unpack.size(); ++i) {
+      const int64_t eb = s.unpack[i].elem_bytes;
+      std::vector<uint8_t> want(size_t(extent(s.direct[i], false) * eb), 0);
+      execute_copy(s.direct[i], s.src[s.direct_src[i]].data(), want.data(), eb);
+      if (std::memcmp(want.data(), s.dst[i].data(), want.size()) != 0)
+        throw Error(std::string("microbench case ") + name + ": " + (each ? "pack_each" : "pack") +
+                    " + unpack of entry " + std::to_string(i) + " differs from the reference copy");
+    }
   }
 }
 
@@ -169,11 +228,14 @@ void BM_Copy(benchmark::State& st, const CopyCase* c, const std::string& op) {
   CopySet& s = *set;
   for (auto _ : st) {
     if (op == "memcpy") s.dev->memcpy(s.other.data(), s.packed.data(), s.bytes);
+    else if (op == "pack_each")
+      for (const auto& jobs : s.pack_each) s.dev->copy(jobs);
     else s.dev->copy(op == "pack" ? s.pack : s.unpack);
     s.dev->synchronize();
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * s.bytes);
   st.counters["entries"] = double(s.pack.size());
+  st.counters["ranks"] = double(s.ranks);
   st.SetLabel(c->what);
 }
 
@@ -326,7 +388,7 @@ int main(int argc, char** argv) {
                    args.end());
     } else {
       for (const CopyCase& c : copy_cases())
-        for (const char* op : {"memcpy", "pack", "unpack"})
+        for (const char* op : {"memcpy", "pack", "pack_each", "unpack"})
           benchmark::RegisterBenchmark((std::string("BM_Copy/") + c.name + "/" + op).c_str(), BM_Copy, &c, std::string(op))
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime()

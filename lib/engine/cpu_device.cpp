@@ -86,8 +86,10 @@ class CpuDevice : public Device {
 
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
     run(lane, [jobs, times = slow_copy_factor()] {
-      for (int k = 0; k < times; ++k)
-        for (const CopyJob& j : jobs) execute_copy_fast(j.desc, j.src, j.dst, j.elem_bytes);
+      std::vector<CopyTask> batch;
+      batch.reserve(jobs.size());
+      for (const CopyJob& j : jobs) batch.push_back(CopyTask{&j.desc, j.src, j.dst, j.elem_bytes});
+      for (int k = 0; k < times; ++k) execute_copies_fast(batch);
     });
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {

@@ -2,7 +2,8 @@
 // chunks of the registered send buffer, tell the consumers (READY), and release the unit
 // once every live consumer has pulled its last chunk (DONE). V3 keeps up to `inflight`
 // units gathered, so the next gather overlaps the current pulls, and packs chunk k+1
-// while chunk k is being read.
+// while chunk k is being read. Chunks of different local ranks are packed together, a
+// round at a time.
 #include <algorithm>
 #include <set>
 
@@ -172,8 +173,11 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
     ++st.messages;
   };
 
-  // Packs what the send buffer has room for (one launch per chunk), and sends READY for
-  // chunks whose pack has finished; returns true if anything happened.
+  // Packs what the send buffer has room for, and sends READY for chunks whose pack has
+  // finished; returns true if anything happened. Packs go in rounds of one chunk per local
+  // rank, one launch a round: the local ranks of a replica take the same units in the same
+  // order, so a round's chunks are mostly different columns of the same rows (a TP-sharded
+  // expert), which the CPU copy then reads once (execute_copies_fast).
   auto pack_some = [&](UnitWork& w) {
     bool did = false;
     for (int l = 0; l < num_locals; ++l) {
@@ -193,27 +197,46 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
             did = true;
           }
       }
-      while (lw.next < lw.chunks.size()) {
+    }
+    std::vector<CopyJob> jobs;
+    std::vector<int> round;  // local ranks whose next chunk is in `jobs`
+    bool room = true;
+    while (room) {
+      jobs.clear();
+      round.clear();
+      for (int l = 0; l < num_locals && room; ++l) {
+        LocalRankWork& lw = w.locals[size_t(l)];
+        if (!lw.have_request || lw.next >= lw.chunks.size()) continue;
         const Chunk& ch = lw.chunks[lw.next];
         auto off = arena.alloc(ch.bytes);
-        if (!off) return did;
-        std::vector<CopyJob> jobs;
-        {
-          PhaseTimer t(st.pack_s);
-          for (const ChunkPiece& p : ch.pieces) {
-            const SlabRef* s = w.gather->slab(p.hf);
-            if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
-            CopyDesc d = with_contiguous_dst(p.copy);
-            d.src_offset = p.copy.src_offset - s->lo;
-            jobs.push_back(CopyJob{s->data, send_buffer.data() + *off + p.buf_offset, d,
-                                   int32_t(dtype_bytes(model.param(p.hf).dtype))});
-          }
-          device->copy(jobs);
+        if (!off) {
+          room = false;
+          break;
         }
+        PhaseTimer t(st.pack_s);
+        for (const ChunkPiece& p : ch.pieces) {
+          const SlabRef* s = w.gather->slab(p.hf);
+          if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
+          CopyDesc d = with_contiguous_dst(p.copy);
+          d.src_offset = p.copy.src_offset - s->lo;
+          jobs.push_back(CopyJob{s->data, send_buffer.data() + *off + p.buf_offset, d,
+                                 int32_t(dtype_bytes(model.param(p.hf).dtype))});
+        }
+        lw.packed[lw.next].offset = *off;
+        round.push_back(l);
+      }
+      if (round.empty()) break;
+      {
+        PhaseTimer t(st.pack_s);
+        device->copy(jobs);
+      }
+      const Fence packed = device->fence(Lane::kMain);
+      for (int l : round) {
+        LocalRankWork& lw = w.locals[size_t(l)];
+        const Chunk& ch = lw.chunks[lw.next];
         std::vector<int> consumers = consumers_of_local(l);
         PackedChunk& pc = lw.packed[lw.next];
-        pc = PackedChunk{*off, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), device->fence(Lane::kMain), false,
-                         false};
+        pc = PackedChunk{pc.offset, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
         for (int c : consumers) {
           if (!peers.owed[c]++ && !peers.last_heard.count(c)) peers.last_heard[c] = now_s();
         }
@@ -221,8 +244,8 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
         st.bytes_out += ch.bytes * int64_t(consumers.size());
         if (consumers.empty()) release_chunk(w, pc);
         ++lw.next;
-        did = true;
       }
+      did = true;
     }
     return did;
   };

@@ -7,12 +7,17 @@
 //  - a transposing copy of 16-bit elements (Llama-4's expert weights) goes in tiles gathered
 //    into an L1 buffer, transposed there in registers (AVX2 where the CPU has it, else SSE2)
 //    and written out as whole-line runs; other element sizes and the tiles' ragged edges go
-//    in 512 x 512 blocks.
+//    in 512 x 512 blocks;
+//  - a batch of copies that take different columns of the same rows (a trainer's pack of one
+//    tensor for each of its TP consumers) goes row by row together, so the source is read in
+//    order, once: expert w2 on the dev VM's EPYC, four 768-byte columns of 3 KiB rows, 78% of
+//    memcpy one consumer after another (with prefetch), 160% together.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -385,6 +390,72 @@ void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t eb
   }
   for_each_outer(d, 1, eb, src, dst, 0,
                  [&](const std::byte* s, std::byte* t, const std::byte*) { copy_strided_run(in, s, t, eb); });
+}
+
+namespace {
+
+// Copies of shape (rows, run) with both sides' runs contiguous: the kind a lockstep group
+// is made of.
+bool row_runs(const CopyTask& t) {
+  const CopyDesc& d = *t.desc;
+  return d.numel > 0 && d.dims.size() == 2 && d.dims[1].src_stride == 1 && d.dims[1].dst_stride == 1 &&
+         d.dims[0].src_stride >= d.dims[1].size;
+}
+
+// Members of one lockstep group: the same source rows (pointer, element size, row count,
+// row stride, run length), each member's columns starting within the first member's row.
+bool same_rows(const CopyTask& a, const CopyTask& b) {
+  const CopyDesc &x = *a.desc, &y = *b.desc;
+  return a.src == b.src && a.elem_bytes == b.elem_bytes && x.dims[0].size == y.dims[0].size &&
+         x.dims[0].src_stride == y.dims[0].src_stride && x.dims[1].size == y.dims[1].size &&
+         y.src_offset >= x.src_offset && y.src_offset - x.src_offset < x.dims[0].src_stride;
+}
+
+// Row n of every member, then row n + 1: members sorted by column, so each source row is
+// read front to back.
+void copy_lockstep(const std::vector<const CopyTask*>& g) {
+  const CopyDesc& d0 = *g[0]->desc;
+  const int64_t eb = g[0]->elem_bytes, rows = d0.dims[0].size;
+  const size_t run = size_t(d0.dims[1].size * eb);
+  const bool stream = int64_t(g.size()) * d0.numel * eb >= kStreamBytes;
+  const auto* s = static_cast<const std::byte*>(g[0]->src);
+  for (int64_t n = 0; n < rows; ++n)
+    for (const CopyTask* t : g) {
+      const CopyDesc& d = *t->desc;
+      copy_run(static_cast<std::byte*>(t->dst) + (d.dst_offset + n * d.dims[0].dst_stride) * eb,
+               s + (d.src_offset + n * d.dims[0].src_stride) * eb, run, stream);
+    }
+#if defined(__SSE2__)
+  if (stream) _mm_sfence();
+#endif
+}
+
+}  // namespace
+
+int64_t execute_copies_fast(const std::vector<CopyTask>& batch) {
+  int64_t together = 0;
+  std::vector<const CopyTask*> rowwise;
+  for (const CopyTask& t : batch) {
+    if (row_runs(t)) rowwise.push_back(&t);
+    else execute_copy_fast(*t.desc, t.src, t.dst, t.elem_bytes);
+  }
+  // Candidates of one group sort together: by source, shape, then column.
+  auto key = [](const CopyTask* t) {
+    const CopyDesc& d = *t->desc;
+    return std::make_tuple(reinterpret_cast<uintptr_t>(t->src), t->elem_bytes, d.dims[0].size, d.dims[0].src_stride, d.dims[1].size, d.src_offset);
+  };
+  std::stable_sort(rowwise.begin(), rowwise.end(), [&](const CopyTask* a, const CopyTask* b) { return key(a) < key(b); });
+  std::vector<const CopyTask*> group;
+  for (size_t i = 0; i < rowwise.size();) {
+    group.assign(1, rowwise[i]);
+    size_t j = i + 1;
+    for (; j < rowwise.size() && same_rows(*rowwise[i], *rowwise[j]); ++j) group.push_back(rowwise[j]);
+    if (group.size() == 1) execute_copy_fast(*group[0]->desc, group[0]->src, group[0]->dst, group[0]->elem_bytes);
+    else copy_lockstep(group);
+    together += group.size() > 1 ? int64_t(group.size()) : 0;
+    i = j;
+  }
+  return together;
 }
 
 }  // namespace shardsync

@@ -84,6 +84,19 @@ void copy_strided_run(const CopyDim& in, const std::byte* src, std::byte* dst, i
 // The same copy, fast (fast_copy.cpp): streaming stores for large copies, tiled transposes.
 // The CPU device runs this one; tests hold it to execute_copy.
 void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t elem_bytes);
+// One copy of a batch for execute_copies_fast.
+struct CopyTask {
+  const CopyDesc* desc = nullptr;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t elem_bytes = 1;
+};
+// A batch of independent copies (none reads or writes what another writes), fast. Copies
+// that take different columns of the same source rows, as a trainer packing one tensor for
+// each of its TP consumers does, go row by row together: each source row is read once, in
+// order, instead of once per consumer with a stride (fast_copy.cpp has the numbers). The
+// rest go one by one through execute_copy_fast. Returns how many copies went together.
+int64_t execute_copies_fast(const std::vector<CopyTask>& batch);
 // How execute_copy_fast transposes 16-bit elements, e.g. "avx2, 32x128 tiles" (benchmarks
 // report it). fast_copy_allow_avx2(false) falls back to the SSE2 registers;
 // fast_copy_set_tile_width(64 or 128; 0 for the CPU's default) sets the tile. Both return

@@ -2,6 +2,7 @@
 // follows PyTorch's semantics op by op, on random op chains.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -240,6 +241,72 @@ TEST(View, FastCopyTransposeTilesMatchReferenceWithEitherKernel) {
   fast_copy_allow_avx2(avx2_before);
   fast_copy_set_tile_width(width_before);
   EXPECT_THROW(fast_copy_set_tile_width(96), std::invalid_argument);
+}
+
+TEST(View, BatchedFastCopyTakesColumnsOfTheSameRowsTogether) {
+  // A trainer's pack of one tensor for several TP consumers: column slices of the same rows,
+  // given in shuffled order, next to copies that must not join them (another run length,
+  // another row count, another source, a transpose, strided destinations).
+  struct Slice {
+    int src;  // 0: a (300 x 392), 1: b (same shape, other buffer), 2: c (2048 x 1536)
+    int64_t row0, rows, col0, cols;
+    bool transpose = false;
+  };
+  const int64_t shapes[3][2] = {{300, 392}, {300, 392}, {2048, 1536}};
+  const std::vector<Slice> slices = {
+      {0, 0, 300, 0, 96},   {0, 0, 300, 96, 96},   {0, 0, 300, 192, 96}, {0, 0, 300, 288, 96},
+      {0, 0, 300, 5, 96},   // overlaps the first one's columns: reads may overlap
+      {0, 0, 300, 100, 50}, // another run length
+      {0, 0, 100, 0, 96},   // another row count
+      {1, 0, 300, 96, 96},  // another source
+      {0, 10, 40, 7, 64, true},
+      {2, 0, 2048, 0, 384}, {2, 0, 2048, 384, 384}, {2, 0, 2048, 768, 384}, {2, 0, 2048, 1152, 384},  // streaming
+  };
+  const int64_t in_group = 10;  // a's four slices, the overlapping one, the wide one; c's four
+  std::mt19937_64 rng(99);
+  for (int64_t eb : {1, 2, 4, 8}) {
+    std::vector<std::vector<std::byte>> src(3);
+    for (int k = 0; k < 3; ++k) {
+      src[size_t(k)].resize(size_t(shapes[k][0] * shapes[k][1] * eb));
+      for (size_t i = 0; i < src[size_t(k)].size(); ++i) src[size_t(k)][i] = std::byte(uint8_t(i * 131 + (i >> 8) * 7 + k));
+    }
+    std::vector<CopyDesc> descs;
+    std::vector<int> of;
+    int64_t at = 1;  // odd element offsets: destinations not 16-byte aligned
+    for (const Slice& sl : slices) {
+      SubView v = SubView::contiguous({shapes[sl.src][0], shapes[sl.src][1]});
+      v.narrow(0, sl.row0, sl.rows);
+      v.narrow(1, sl.col0, sl.cols);
+      if (sl.transpose) v.transpose(0, 1);
+      descs.push_back(make_pack_desc(v, at));
+      of.push_back(sl.src);
+      at += v.numel() + 3;
+    }
+    // An unpack into a wider matrix (strided destination rows) from the packed first slice.
+    SubView wide = SubView::contiguous({300, 500});
+    wide.narrow(1, 11, 96);
+    descs.push_back(make_copy_desc(SubView::contiguous(wide.shape()), wide));
+    descs.back().dst_offset += at;
+    of.push_back(0);
+    at += 300 * 500;
+    // Columns of a's rows into a wider matrix: one of a's group, with strided destination rows.
+    SubView cols = SubView::contiguous({300, 392});
+    cols.narrow(1, 192, 96);
+    descs.push_back(make_copy_desc(cols, wide));
+    descs.back().dst_offset += at;
+    of.push_back(0);
+    at += 300 * 500;
+    std::vector<std::byte> ref(size_t(at * eb), std::byte{0x5a}), fast = ref;
+    std::vector<CopyTask> batch;
+    for (size_t i = 0; i < descs.size(); ++i) {
+      execute_copy(descs[i], src[size_t(of[i])].data(), ref.data(), eb);
+      batch.push_back(CopyTask{&descs[i], src[size_t(of[i])].data(), fast.data(), eb});
+    }
+    std::shuffle(batch.begin(), batch.end(), rng);
+    EXPECT_EQ(execute_copies_fast(batch), in_group) << "eb " << eb;
+    auto bad = std::mismatch(ref.begin(), ref.end(), fast.begin());
+    ASSERT_TRUE(bad.first == ref.end()) << "eb " << eb << ": first differing byte " << (bad.first - ref.begin());
+  }
 }
 
 TEST(View, Llama4RopePermutationStaysAView) {
