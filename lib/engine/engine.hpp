@@ -90,6 +90,8 @@ struct RankStats {
   int64_t bytes_out = 0;   // bytes peers pulled from this rank
   int64_t messages = 0;    // control messages sent
   int64_t gets = 0;
+  int64_t chunks_packed = 0;       // trainer: chunks packed into the send buffer
+  int64_t pack_launches = 0;       // trainer: copy launches they took (a round of chunks is one)
   int64_t peak_staging_bytes = 0;  // gathered slabs + send/recv/bucket + layerwise buffers
   int64_t mismatches = 0;
   int32_t bad_param = -1;          // engine parameter of the first mismatch

@@ -230,6 +230,8 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
         PhaseTimer t(st.pack_s);
         device->copy(jobs);
       }
+      ++st.pack_launches;
+      st.chunks_packed += int64_t(round.size());
       const Fence packed = device->fence(Lane::kMain);
       for (int l : round) {
         LocalRankWork& lw = w.locals[size_t(l)];

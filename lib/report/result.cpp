@@ -155,6 +155,8 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"bytes_out", r.bytes_out},
                        {"messages", r.messages},
                        {"gets", r.gets},
+                       {"chunks_packed", r.chunks_packed},
+                       {"pack_launches", r.pack_launches},
                        {"peak_staging_bytes", r.peak_staging_bytes},
                        {"mismatches", r.mismatches}});
     }
