@@ -200,6 +200,7 @@ CopySet build_copy_set(const CopyCase& c) {
 // broken copy.
 void check_round_trip(CopySet& s, const char* name) {
   for (bool each : {false, true}) {
+    std::memset(s.packed.data(), 0, size_t(s.bytes));
     for (DeviceBuffer& d : s.dst) std::memset(d.data(), 0, size_t(d.size()));
     if (each)
       for (const auto& jobs : s.pack_each) s.dev->copy(jobs);

@@ -85,11 +85,12 @@ class CpuDevice : public Device {
   void release(uint8_t* p) override { std::free(p); }
 
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
-    run(lane, [jobs, times = slow_copy_factor()] {
+    run(lane, [this, jobs, times = slow_copy_factor()] {
       std::vector<CopyTask> batch;
       batch.reserve(jobs.size());
       for (const CopyJob& j : jobs) batch.push_back(CopyTask{&j.desc, j.src, j.dst, j.elem_bytes});
-      for (int k = 0; k < times; ++k) execute_copies_fast(batch);
+      together_ += execute_copies_fast(batch);
+      for (int k = 1; k < times; ++k) execute_copies_fast(batch);
     });
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
@@ -111,6 +112,7 @@ class CpuDevice : public Device {
   void to_host(void* dst, const uint8_t* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void from_host(uint8_t* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void* main_stream() override { return nullptr; }
+  int64_t copies_together() const override { return together_.load(); }
   uint8_t* host_alloc(int64_t bytes) override { return alloc(bytes); }
   void host_release(uint8_t* p) override { release(p); }
 
@@ -130,6 +132,7 @@ class CpuDevice : public Device {
   BackgroundWorker bg_;
   int64_t submitted_ = 0;
   std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> together_{0};
 };
 
 }  // namespace

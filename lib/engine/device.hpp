@@ -68,6 +68,9 @@ class Device {
   // The native stream of the main lane (cudaStream_t), for NCCL and copies; null on the CPU.
   virtual void* main_stream() = 0;
   virtual int gpu() const { return -1; }
+  // Copy jobs so far that ran row by row together with others (the CPU's
+  // execute_copies_fast groups); 0 where copies are not grouped.
+  virtual int64_t copies_together() const { return 0; }
   // Host memory for staging copies (pinned on GPUs, so copies run at full speed).
   virtual uint8_t* host_alloc(int64_t bytes) = 0;
   virtual void host_release(uint8_t* p) = 0;

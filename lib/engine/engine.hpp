@@ -92,6 +92,8 @@ struct RankStats {
   int64_t gets = 0;
   int64_t chunks_packed = 0;       // trainer: chunks packed into the send buffer
   int64_t pack_launches = 0;       // trainer: copy launches they took (a round of chunks is one)
+  int64_t pack_copies = 0;         // trainer: copy jobs in them (pieces of chunks)
+  int64_t pack_copies_together = 0;  // of those, run row by row together (CPU; 0 on GPUs)
   int64_t peak_staging_bytes = 0;  // gathered slabs + send/recv/bucket + layerwise buffers
   int64_t mismatches = 0;
   int32_t bad_param = -1;          // engine parameter of the first mismatch

@@ -94,6 +94,7 @@ class RangeAllocator {
   std::optional<int64_t> alloc(int64_t bytes);
   void release(int64_t offset, int64_t bytes);
   int64_t size() const { return size_; }
+  bool idle() const { return free_.size() == 1 && free_.begin()->second == size_; }  // nothing allocated
 
  private:
   int64_t size_;

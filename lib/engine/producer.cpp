@@ -5,6 +5,7 @@
 // while chunk k is being read. Chunks of different local ranks are packed together, a
 // round at a time.
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "common/error.hpp"
@@ -176,8 +177,9 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
   // Packs what the send buffer has room for, and sends READY for chunks whose pack has
   // finished; returns true if anything happened. Packs go in rounds of one chunk per local
   // rank, one launch a round: the local ranks of a replica take the same units in the same
-  // order, so a round's chunks are mostly different columns of the same rows (a TP-sharded
-  // expert), which the CPU copy then reads once (execute_copies_fast).
+  // order, so a round's chunks (the same index of each) are mostly different columns of the
+  // same rows (a TP-sharded expert), which the CPU copy then reads once
+  // (execute_copies_fast).
   auto pack_some = [&](UnitWork& w) {
     bool did = false;
     for (int l = 0; l < num_locals; ++l) {
@@ -200,37 +202,58 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
     }
     std::vector<CopyJob> jobs;
     std::vector<int> round;  // local ranks whose next chunk is in `jobs`
-    bool room = true;
-    while (room) {
+    for (;;) {
       jobs.clear();
       round.clear();
-      for (int l = 0; l < num_locals && room; ++l) {
-        LocalRankWork& lw = w.locals[size_t(l)];
-        if (!lw.have_request || lw.next >= lw.chunks.size()) continue;
-        const Chunk& ch = lw.chunks[lw.next];
-        auto off = arena.alloc(ch.bytes);
-        if (!off) {
-          room = false;
-          break;
-        }
-        PhaseTimer t(st.pack_s);
-        for (const ChunkPiece& p : ch.pieces) {
-          const SlabRef* s = w.gather->slab(p.hf);
-          if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
-          CopyDesc d = with_contiguous_dst(p.copy);
-          d.src_offset = p.copy.src_offset - s->lo;
-          jobs.push_back(CopyJob{s->data, send_buffer.data() + *off + p.buf_offset, d,
-                                 int32_t(dtype_bytes(model.param(p.hf).dtype))});
-        }
-        lw.packed[lw.next].offset = *off;
-        round.push_back(l);
+      // The local ranks furthest behind, so that a round holds the same chunk index of every
+      // rank (columns of the same rows) again after a request that came late (V1).
+      size_t behind = SIZE_MAX;
+      for (const LocalRankWork& lw : w.locals)
+        if (lw.have_request && lw.next < lw.chunks.size()) behind = std::min(behind, lw.next);
+      for (int l = 0; l < num_locals; ++l) {
+        const LocalRankWork& lw = w.locals[size_t(l)];
+        if (lw.have_request && lw.next < lw.chunks.size() && lw.next == behind) round.push_back(l);
       }
+      if (round.empty()) break;
+      // A round goes whole or waits for send-buffer space; only an idle send buffer too
+      // small for a whole round packs part of one (and the rest catches up next).
+      const bool idle = arena.idle();
+      size_t fit = 0;
+      for (; fit < round.size(); ++fit) {
+        LocalRankWork& lw = w.locals[size_t(round[fit])];
+        auto off = arena.alloc(lw.chunks[lw.next].bytes);
+        if (!off) break;
+        lw.packed[lw.next].offset = *off;
+      }
+      if (fit < round.size() && !idle) {
+        for (size_t k = 0; k < fit; ++k) {
+          const LocalRankWork& lw = w.locals[size_t(round[k])];
+          arena.release(lw.packed[lw.next].offset, lw.chunks[lw.next].bytes);
+        }
+        break;
+      }
+      round.resize(fit);
       if (round.empty()) break;
       {
         PhaseTimer t(st.pack_s);
-        device->copy(jobs);
+        for (int l : round) {
+          const LocalRankWork& lw = w.locals[size_t(l)];
+          const int64_t off = lw.packed[lw.next].offset;
+          for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
+            const SlabRef* s = w.gather->slab(p.hf);
+            if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
+            CopyDesc d = with_contiguous_dst(p.copy);
+            d.src_offset = p.copy.src_offset - s->lo;
+            jobs.push_back(CopyJob{s->data, send_buffer.data() + off + p.buf_offset, d,
+                                   int32_t(dtype_bytes(model.param(p.hf).dtype))});
+          }
+        }
+        const int64_t together = device->copies_together();
+        device->copy(jobs);  // the CPU's main lane is synchronous: its count is current here
+        st.pack_copies_together += device->copies_together() - together;
       }
       ++st.pack_launches;
+      st.pack_copies += int64_t(jobs.size());
       st.chunks_packed += int64_t(round.size());
       const Fence packed = device->fence(Lane::kMain);
       for (int l : round) {

@@ -157,6 +157,8 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"gets", r.gets},
                        {"chunks_packed", r.chunks_packed},
                        {"pack_launches", r.pack_launches},
+                       {"pack_copies", r.pack_copies},
+                       {"pack_copies_together", r.pack_copies_together},
                        {"peak_staging_bytes", r.peak_staging_bytes},
                        {"mismatches", r.mismatches}});
     }

@@ -439,6 +439,10 @@ int64_t execute_copies_fast(const std::vector<CopyTask>& batch) {
     if (row_runs(t)) rowwise.push_back(&t);
     else execute_copy_fast(*t.desc, t.src, t.dst, t.elem_bytes);
   }
+  if (rowwise.size() <= 1) {  // nothing to group (most launches of tiny tensors): no sort
+    for (const CopyTask* t : rowwise) execute_copy_fast(*t->desc, t->src, t->dst, t->elem_bytes);
+    return 0;
+  }
   // Candidates of one group sort together: by source, shape, then column.
   auto key = [](const CopyTask* t) {
     const CopyDesc& d = *t->desc;

@@ -260,9 +260,11 @@ TEST(View, BatchedFastCopyTakesColumnsOfTheSameRowsTogether) {
       {0, 0, 100, 0, 96},   // another row count
       {1, 0, 300, 96, 96},  // another source
       {0, 10, 40, 7, 64, true},
+      {0, 0, 150, 0, 96},   {0, 150, 150, 0, 96},  // the same columns of other rows: apart
       {2, 0, 2048, 0, 384}, {2, 0, 2048, 384, 384}, {2, 0, 2048, 768, 384}, {2, 0, 2048, 1152, 384},  // streaming
+      {2, 0, 2048, 384, 384},  // the same columns again (a tensor replicated on two ranks)
   };
-  const int64_t in_group = 10;  // a's four slices, the overlapping one, the wide one; c's four
+  const int64_t in_group = 11;  // a's four slices, the overlapping one, the wide one; c's five
   std::mt19937_64 rng(99);
   for (int64_t eb : {1, 2, 4, 8}) {
     std::vector<std::vector<std::byte>> src(3);
