@@ -78,6 +78,10 @@ std::vector<CopyDesc> split_copy(const CopyDesc& d, int64_t max_elems) {
     return out;
   }
   int64_t per = std::max<int64_t>(1, max_elems / inner);
+  // Whole multiples of 128 outer rows where a piece holds that many: a transposing piece then
+  // keeps whole 32 x 128 tiles and 64-byte-aligned source columns (Llama-4 gate_up at 4 MiB
+  // chunks: 409 columns a piece before, 384 now; 49-56% -> 59-65% of memcpy on the dev VM).
+  if (per >= kSplitRows) per = per / kSplitRows * kSplitRows;
   for (int64_t i = 0; i < outer.size; i += per) {
     CopyDesc p = d;
     int64_t n = std::min(per, outer.size - i);

@@ -31,7 +31,9 @@ struct Chunk {
   std::vector<ChunkPiece> pieces;
 };
 
-// Splits a copy into pieces of at most `max_elems` elements along its loops.
+// Splits a copy into pieces of at most `max_elems` elements along its loops; a piece of
+// several outer rows holds a multiple of kSplitRows of them where it can.
+constexpr int64_t kSplitRows = 128;
 std::vector<CopyDesc> split_copy(const CopyDesc& d, int64_t max_elems);
 // Packs pulls (in order) into chunks of at most `chunk_bytes`; pieces 16-byte aligned.
 std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPiece>& pulls, int64_t chunk_bytes);
