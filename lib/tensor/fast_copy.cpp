@@ -17,6 +17,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -413,7 +414,7 @@ bool same_rows(const CopyTask& a, const CopyTask& b) {
 
 // Row n of every member, then row n + 1: members sorted by column, so each source row is
 // read front to back.
-void copy_lockstep(const std::vector<const CopyTask*>& g) {
+void copy_lockstep(std::span<const CopyTask* const> g) {
   const CopyDesc& d0 = *g[0]->desc;
   const int64_t eb = g[0]->elem_bytes, rows = d0.dims[0].size;
   const size_t run = size_t(d0.dims[1].size * eb);
@@ -439,25 +440,24 @@ int64_t execute_copies_fast(const std::vector<CopyTask>& batch) {
     if (row_runs(t)) rowwise.push_back(&t);
     else execute_copy_fast(*t.desc, t.src, t.dst, t.elem_bytes);
   }
-  if (rowwise.size() <= 1) {  // nothing to group (most launches of tiny tensors): no sort
-    for (const CopyTask* t : rowwise) execute_copy_fast(*t->desc, t->src, t->dst, t->elem_bytes);
-    return 0;
-  }
   // Candidates of one group sort together: by source, shape, then column.
   auto key = [](const CopyTask* t) {
     const CopyDesc& d = *t->desc;
-    return std::make_tuple(reinterpret_cast<uintptr_t>(t->src), t->elem_bytes, d.dims[0].size, d.dims[0].src_stride, d.dims[1].size, d.src_offset);
+    return std::make_tuple(reinterpret_cast<uintptr_t>(t->src), t->elem_bytes, d.dims[0].size, d.dims[0].src_stride,
+                           d.dims[1].size, d.src_offset);
   };
-  std::stable_sort(rowwise.begin(), rowwise.end(), [&](const CopyTask* a, const CopyTask* b) { return key(a) < key(b); });
-  std::vector<const CopyTask*> group;
-  for (size_t i = 0; i < rowwise.size();) {
-    group.assign(1, rowwise[i]);
-    size_t j = i + 1;
-    for (; j < rowwise.size() && same_rows(*rowwise[i], *rowwise[j]); ++j) group.push_back(rowwise[j]);
-    if (group.size() == 1) execute_copy_fast(*group[0]->desc, group[0]->src, group[0]->dst, group[0]->elem_bytes);
-    else copy_lockstep(group);
-    together += group.size() > 1 ? int64_t(group.size()) : 0;
-    i = j;
+  if (rowwise.size() > 1)  // most launches of tiny tensors have nothing to group: no sort
+    std::stable_sort(rowwise.begin(), rowwise.end(), [&](const CopyTask* a, const CopyTask* b) { return key(a) < key(b); });
+  for (size_t i = 0, j = 0; i < rowwise.size(); i = j) {
+    j = i + 1;
+    while (j < rowwise.size() && same_rows(*rowwise[i], *rowwise[j])) ++j;
+    const CopyTask& t = *rowwise[i];
+    if (j - i == 1) {
+      execute_copy_fast(*t.desc, t.src, t.dst, t.elem_bytes);
+    } else {
+      copy_lockstep(std::span<const CopyTask* const>(rowwise).subspan(i, j - i));
+      together += int64_t(j - i);
+    }
   }
   return together;
 }
