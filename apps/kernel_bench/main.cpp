@@ -84,8 +84,8 @@ int run(const Options& o) {
                            make_pack_desc(SubView::contiguous(p.shape), 0), int32_t(dtype_bytes(p.dtype)), false}});
     }
     int32_t eb = int32_t(dtype_bytes(p.dtype));
-    CopyDesc to_buf = with_contiguous_dst(e->copy);  // HF tensor -> packed at 0
-    CopyDesc from_buf = with_contiguous_src(e->copy);  // packed at 0 -> engine parameter
+    CopyDesc to_buf = pack_copy(e->copy);  // HF tensor -> packed at 0
+    CopyDesc from_buf = unpack_copy(e->copy);  // packed at 0 -> engine parameter
     pack.push_back(CopyJob{hf[size_t(e->hf_param)].data(), packed.data() + off, to_buf, eb});
     unpack.push_back(CopyJob{packed.data() + off, params[size_t(e->engine_param)].data(), from_buf, eb});
   }

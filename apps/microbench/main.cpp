@@ -3,7 +3,7 @@
 //
 //   shardsync-microbench [--benchmark_filter=Copy] [--benchmark_out=mb.json --benchmark_out_format=json]
 //   mpirun -np 4 shardsync-microbench            # the engine benchmarks (many tiny tensors)
-//   shardsync-microbench --no-avx2 --tile-width=64   # transpose kernel and tile other than the CPU's
+//   shardsync-microbench --no-avx2 --tile-width=128  # transpose kernel and tile other than the default
 //
 // One process: pack and unpack of real plan entries (every rank of one replica; packed in
 // one launch, as the engines do, and one launch per rank) against memcpy of the same bytes
@@ -189,10 +189,10 @@ CopySet build_copy_set(const CopyCase& c) {
     s.direct_eb.push_back(eb);
     // In the pieces the engines cut an entry into for chunks of the default size.
     for (const CopyDesc& part : split_copy(k.d, chunk_bytes / eb)) {
-      const CopyJob pack{s.src[k.src].data(), s.packed.data() + off, with_contiguous_dst(part), eb};
+      const CopyJob pack{s.src[k.src].data(), s.packed.data() + off, pack_copy(part), eb};
       s.pack.push_back(pack);
       s.pack_each[size_t(k.rank)].push_back(pack);
-      s.unpack.push_back(CopyJob{s.packed.data() + off, s.dst.back().data(), with_contiguous_src(part), eb});
+      s.unpack.push_back(CopyJob{s.packed.data() + off, s.dst.back().data(), unpack_copy(part), eb});
       off += part.numel * eb;
     }
   }
@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args;
   for (int k = 0; k < argc; ++k) {
     // --no-avx2: transpose with the SSE2 kernel; --tile-width=64|128: the transpose tile
-    // (both to compare with what the CPU gets by default).
+    // (both to compare with the default: AVX2 where the CPU has it, 64).
     if (std::strcmp(argv[k], "--no-avx2") == 0) fast_copy_allow_avx2(false);
     else if (std::strncmp(argv[k], "--tile-width=", 13) == 0) {
       const std::string w = argv[k] + 13;

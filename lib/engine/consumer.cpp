@@ -130,7 +130,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       int32_t g = group_of_param[size_t(ep)];
       DeviceBuffer& buf = layerwise(g, buffers, meter);
       jobs.push_back(CopyJob{base + p.buf_offset, buf.data() + (param_offset[size_t(ep)] - group_span.at(g).first),
-                             with_contiguous_src(p.copy), int32_t(dtype_bytes(plan->params[size_t(ep)].dtype))});
+                             unpack_copy(p.copy), int32_t(dtype_bytes(plan->params[size_t(ep)].dtype))});
       if ((group_left[g] -= p.bytes) == 0) completed.push_back(g);
     }
     device->copy(jobs);

@@ -242,7 +242,7 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
           for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
             const SlabRef* s = w.gather->slab(p.hf);
             if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
-            CopyDesc d = with_contiguous_dst(p.copy);
+            CopyDesc d = pack_copy(p.copy);
             d.src_offset = p.copy.src_offset - s->lo;
             jobs.push_back(CopyJob{s->data, send_buffer.data() + off + p.buf_offset, d,
                                    int32_t(dtype_bytes(model.param(p.hf).dtype))});

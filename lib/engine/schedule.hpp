@@ -38,9 +38,12 @@ std::vector<CopyDesc> split_copy(const CopyDesc& d, int64_t max_elems);
 // Packs pulls (in order) into chunks of at most `chunk_bytes`; pieces 16-byte aligned.
 std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPiece>& pulls, int64_t chunk_bytes);
 
-// The same copy with a contiguous source (unpack) or a contiguous destination (pack).
-CopyDesc with_contiguous_src(const CopyDesc& d);
-CopyDesc with_contiguous_dst(const CopyDesc& d);
+// A piece's two copies through its packed chunk: pack (HF tensor -> chunk at 0) and unpack
+// (chunk at 0 -> engine parameter). The chunk holds the piece in the source's loop order: a
+// transposing copy (Llama-4's expert weights) is packed as runs of source rows and
+// transposed by the unpack, from the dense chunk.
+CopyDesc pack_copy(const CopyDesc& d);
+CopyDesc unpack_copy(const CopyDesc& d);
 
 // REQUEST payloads: a consumer's pulls for one unit from one trainer.
 std::vector<uint8_t> encode_pulls(const std::vector<ChunkPiece>& pulls);

@@ -4,9 +4,9 @@
 //    threshold: the destination (a send buffer, a layerwise buffer) is not read again by
 //    this core soon, and streaming stores skip the read-for-ownership of every line;
 //  - short runs (a quarter of every source row, say) prefetch the source a few runs ahead;
-//  - a transposing copy of 16-bit elements (Llama-4's expert weights) goes in tiles gathered
-//    into an L1 buffer, transposed there in registers (AVX2 where the CPU has it, else SSE2)
-//    and written out as whole-line runs; other element sizes and the tiles' ragged edges go
+//  - a transposing copy of 16-bit elements (Llama-4's expert weights) goes in tiles,
+//    transposed in registers (AVX2 where the CPU has it, else SSE2) into an L1 buffer and
+//    written out from there as whole-line runs; other element sizes and the tiles' ragged edges go
 //    in 512 x 512 blocks;
 //  - a batch of copies that take different columns of the same rows (a trainer's pack of one
 //    tensor for each of its TP consumers) goes row by row together, so the source is read in
@@ -68,7 +68,7 @@ void copy_run(std::byte* t, const std::byte* s, size_t n, bool stream) {
 
 // Tests turn the AVX2 tile kernel off to check the SSE2 one (fast_copy_allow_avx2).
 std::atomic<bool> g_avx2_allowed{true};
-std::atomic<int> g_tile_width{0};  // 16-bit transpose tile width; 0: the CPU's default
+std::atomic<int> g_tile_width{0};  // 16-bit transpose tile width; 0: the default (64)
 
 #if defined(__SSE2__)
 // 8 x 8 transpose of 16-bit elements: 8 source rows (stride ss) of 8 -> 8 destination rows
@@ -98,21 +98,25 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
 }
 
 // 16-bit transposes of whole tiles: TJ source rows of kTileI elements (a 64-byte line each)
-// are gathered into an L1 buffer, transposed there into kTileI rows of TJ, and written out
-// as destination runs of TJ elements (streaming when the copy is large), while the next
-// tile's source lines are prefetched. Each side then moves whole lines in runs the memory
-// system takes well, whatever the strides. The tile width that works best differs by CPU
-// (Llama-4's expert shapes, bf16, % of memcpy, medians; results/perf/transpose-tiles/):
-//   AMD EPYC (Zen 3, 512 KiB L2, the dev VM):   TJ 128: 62-91 / 69-93   TJ 64: 55-75 / 53-86
-//   Intel Xeon (2 MiB L2, the GPU host):        TJ 128: 27 / 63-66      TJ 64: 65-80 / 80-107
-// so AMD CPUs get 128 and others 64 (fast_copy_set_tile_width overrides it).
+// are transposed in registers straight from the source into an L1 buffer of kTileI rows of
+// TJ, and written out as destination runs of TJ elements (streaming when the copy is large),
+// while the next tile's source lines are prefetched. Each side then moves whole lines in runs
+// the memory system takes well, whatever the strides. (The tiles were gathered into a second
+// L1 buffer first; reading the source directly is 10-15 points of memcpy faster on the Xeon,
+// results/perf/transpose-tiles/xd.cpp.) Tiles of 64 source rows: from the engines' chunks
+// (Llama-4 gate_up pieces, bf16) on the GPU host's Xeon 109-110% of memcpy against 100-108%
+// for 128 rows, on the dev VM's EPYC 91-104% against 72-81%; read from the HF tensor's 32 KiB
+// rows, 66-77% against 30-38% on the Xeon (fast_copy_set_tile_width overrides it).
 constexpr int kTileI = 32;
-using TileKernel = void (*)(const uint16_t* a, uint16_t* b);  // a [TJ][kTileI] -> b [kTileI][TJ]
+constexpr int kDefaultTileWidth = 64;
 
+// A tile: TJ source rows (stride ss) of kTileI -> b [kTileI][TJ]. Each register transpose
+// reads 8 rows; the ones that share those rows follow it, so a row's line is read whole while
+// it is in L1 even where all the rows map to one cache set (a power-of-two stride).
 template <int TJ>
-void tile_sse2(const uint16_t* a, uint16_t* b) {
-  for (int i = 0; i < kTileI; i += 8)
-    for (int j = 0; j < TJ; j += 8) transpose8x8_16(a + i + j * kTileI, kTileI, b + i * TJ + j, TJ);
+void tile_sse2(const uint16_t* s, int64_t ss, uint16_t* b) {
+  for (int j = 0; j < TJ; j += 8)
+    for (int i = 0; i < kTileI; i += 8) transpose8x8_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -147,9 +151,9 @@ __attribute__((target("avx2"))) inline void transpose8x16_16(const uint16_t* s, 
 }
 
 template <int TJ>
-__attribute__((target("avx2"))) void tile_avx2(const uint16_t* a, uint16_t* b) {
-  for (int i = 0; i < kTileI; i += 16)
-    for (int j = 0; j < TJ; j += 8) transpose8x16_16(a + i + j * kTileI, kTileI, b + i * TJ + j, TJ);
+__attribute__((target("avx2"))) void tile_avx2(const uint16_t* s, int64_t ss, uint16_t* b) {
+  for (int j = 0; j < TJ; j += 8)
+    for (int i = 0; i < kTileI; i += 16) transpose8x16_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
 }
 #endif
 
@@ -163,44 +167,56 @@ bool avx2_tiles() {
 #endif
 }
 
-template <int TJ>
-TileKernel tile_kernel() {
-#if defined(SHARDSYNC_HAVE_AVX2_TILE)
-  if (avx2_tiles()) return tile_avx2<TJ>;
-#endif
-  return tile_sse2<TJ>;
-}
-
-// One destination run of a tile, `bytes` a multiple of 16; streaming where it is aligned.
-inline void store_run(std::byte* t, const std::byte* b, int bytes, bool stream) {
-  const bool nt = stream && (reinterpret_cast<uintptr_t>(t) & 15) == 0;
-  for (int x = 0; x < bytes; x += 16) {
-    const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(b + x));
-    if (nt) _mm_stream_si128(reinterpret_cast<__m128i*>(t + x), v);
-    else _mm_storeu_si128(reinterpret_cast<__m128i*>(t + x), v);
+// What a tiled transpose is made of, for one instruction set: transpose a tile from the
+// source into the L1 buffer, store a destination run from it (`bytes` a multiple of 32;
+// streaming where the destination is aligned).
+struct Sse2Moves {
+  template <int TJ>
+  static void tile(const uint16_t* s, int64_t ss, uint16_t* b) { tile_sse2<TJ>(s, ss, b); }
+  static void run(std::byte* t, const std::byte* b, int bytes, bool stream) {
+    const bool nt = stream && (reinterpret_cast<uintptr_t>(t) & 15) == 0;
+    for (int x = 0; x < bytes; x += 16) {
+      const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(b + x));
+      if (nt) _mm_stream_si128(reinterpret_cast<__m128i*>(t + x), v);
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(t + x), v);
+    }
   }
-}
+};
+
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+// 32-byte stores of the runs: half the loads and stores of 16-byte ones; the tiles are partly
+// bound by them (results/perf/transpose-tiles/xd.cpp).
+struct Avx2Moves {
+  template <int TJ>
+  __attribute__((target("avx2"))) static void tile(const uint16_t* s, int64_t ss, uint16_t* b) {
+    tile_avx2<TJ>(s, ss, b);
+  }
+  __attribute__((target("avx2"))) static void run(std::byte* t, const std::byte* b, int bytes, bool stream) {
+    const auto at = reinterpret_cast<uintptr_t>(t);
+    if (stream && (at & 31) != 0 && (at & 15) == 0) return Sse2Moves::run(t, b, bytes, stream);
+    const bool nt = stream && (at & 31) == 0;
+    for (int x = 0; x < bytes; x += 32) {
+      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + x));
+      if (nt) _mm256_stream_si256(reinterpret_cast<__m256i*>(t + x), v);
+      else _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + x), v);
+    }
+  }
+};
+#endif
 
 // dst[i * ds + j] = src[i + j * ss] for i < ni, j < nj, both multiples of the tile.
-template <int TJ>
-void transpose16_tiled(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, int64_t ni, int64_t nj, bool stream) {
-  // b starts 4 KiB past the end of a: stores to b then loads from a at the same address
-  // modulo 4 KiB (which the core must check against each other) are fewer; 15% faster in
-  // the register kernels than b right after a.
-  alignas(64) uint16_t buf[TJ * kTileI + 2048 + kTileI * TJ];
-  uint16_t* const a = buf;
-  uint16_t* const b = buf + TJ * kTileI + 2048;
-  const TileKernel kernel = tile_kernel<TJ>();
+template <int TJ, class Moves>
+inline void tiled_loop(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, int64_t ni, int64_t nj, bool stream) {
+  alignas(64) uint16_t b[kTileI * TJ];
   for (int64_t j0 = 0; j0 < nj; j0 += TJ)
     for (int64_t i0 = 0; i0 < ni; i0 += kTileI) {
-      for (int r = 0; r < TJ; ++r) std::memcpy(a + r * kTileI, s + (j0 + r) * ss + i0, kTileI * 2);
-      kernel(a, b);
+      Moves::template tile<TJ>(s + j0 * ss + i0, ss, b);
       int64_t pi = i0 + kTileI, pj = j0;  // the next tile, prefetched while this one is written
       if (pi == ni) pi = 0, pj += TJ;
       const uint16_t* next = pj < nj ? s + pj * ss + pi : nullptr;
       for (int i = 0; i < kTileI; ++i) {
-        store_run(reinterpret_cast<std::byte*>(t + (i0 + i) * ds + j0), reinterpret_cast<const std::byte*>(b + i * TJ),
-                  TJ * 2, stream);
+        Moves::run(reinterpret_cast<std::byte*>(t + (i0 + i) * ds + j0), reinterpret_cast<const std::byte*>(b + i * TJ),
+                   TJ * 2, stream);
         if (!next) continue;
         for (int r = i * (TJ / kTileI), re = r + TJ / kTileI; r < re; ++r) {
           const char* p = reinterpret_cast<const char*>(next + r * ss);
@@ -211,16 +227,31 @@ void transpose16_tiled(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, i
     }
 }
 
-int default_tile_width() {
-#if defined(SHARDSYNC_HAVE_AVX2_TILE)
-  if (__builtin_cpu_is("amd")) return 128;
-#endif
-  return 64;
+// The loop compiled once per instruction set: flatten inlines the moves into it.
+template <int TJ>
+__attribute__((flatten)) void tiled_sse2(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, int64_t ni, int64_t nj,
+                                         bool stream) {
+  tiled_loop<TJ, Sse2Moves>(s, ss, t, ds, ni, nj, stream);
 }
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+template <int TJ>
+__attribute__((target("avx2"), flatten)) void tiled_avx2(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds,
+                                                         int64_t ni, int64_t nj, bool stream) {
+  tiled_loop<TJ, Avx2Moves>(s, ss, t, ds, ni, nj, stream);
+}
+#endif
+
+template <int TJ>
+void transpose16_tiled(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds, int64_t ni, int64_t nj, bool stream) {
+#if defined(SHARDSYNC_HAVE_AVX2_TILE)
+  if (avx2_tiles()) return tiled_avx2<TJ>(s, ss, t, ds, ni, nj, stream);
+#endif
+  tiled_sse2<TJ>(s, ss, t, ds, ni, nj, stream);
+}
+
 int tile_width() {
-  static const int dflt = default_tile_width();
   const int w = g_tile_width.load(std::memory_order_relaxed);
-  return w ? w : dflt;
+  return w ? w : kDefaultTileWidth;
 }
 #endif
 

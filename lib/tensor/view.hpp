@@ -99,7 +99,7 @@ struct CopyTask {
 int64_t execute_copies_fast(const std::vector<CopyTask>& batch);
 // How execute_copy_fast transposes 16-bit elements, e.g. "avx2, 32x128 tiles" (benchmarks
 // report it). fast_copy_allow_avx2(false) falls back to the SSE2 registers;
-// fast_copy_set_tile_width(64 or 128; 0 for the CPU's default) sets the tile. Both return
+// fast_copy_set_tile_width(64 or 128; 0 for the default, 64) sets the tile. Both return
 // the previous setting (tests try every combination).
 std::string fast_copy_transpose_kernel();
 bool fast_copy_allow_avx2(bool allowed);
