@@ -79,8 +79,9 @@ std::vector<CopyDesc> split_copy(const CopyDesc& d, int64_t max_elems) {
   }
   int64_t per = std::max<int64_t>(1, max_elems / inner);
   // Whole multiples of 128 outer rows where a piece holds that many: a transposing piece then
-  // keeps whole 32 x 128 tiles and 64-byte-aligned source columns (Llama-4 gate_up at 4 MiB
-  // chunks: 409 columns a piece before, 384 now; 49-56% -> 59-65% of memcpy on the dev VM).
+  // keeps whole tiles and 64-byte-aligned runs of source rows (Llama-4 gate_up at 4 MiB
+  // chunks: 409 columns a piece before, 384 now; 49-56% -> 59-65% of memcpy on the dev VM,
+  // measured when the pack transposed).
   if (per >= kSplitRows) per = per / kSplitRows * kSplitRows;
   for (int64_t i = 0; i < outer.size; i += per) {
     CopyDesc p = d;

@@ -97,7 +97,7 @@ struct CopyTask {
 // order, instead of once per consumer with a stride (fast_copy.cpp has the numbers). The
 // rest go one by one through execute_copy_fast. Returns how many copies went together.
 int64_t execute_copies_fast(const std::vector<CopyTask>& batch);
-// How execute_copy_fast transposes 16-bit elements, e.g. "avx2, 32x128 tiles" (benchmarks
+// How execute_copy_fast transposes 16-bit elements, e.g. "avx2, 32x64 tiles" (benchmarks
 // report it). fast_copy_allow_avx2(false) falls back to the SSE2 registers;
 // fast_copy_set_tile_width(64 or 128; 0 for the default, 64) sets the tile. Both return
 // the previous setting (tests try every combination).
