@@ -95,7 +95,8 @@ std::vector<uint8_t> read_contact_file(const std::string& path, int rank, int wo
 
 std::string Engines::Impl::fingerprint() const {
   return model.name() + " (" + std::to_string(model.params().size()) + " tensors), trainer " + trainer.layout().describe() +
-         ", inference " + inference.layout().describe() + ", chunk " + std::to_string(chunk_bytes) + ", " +
+         ", inference " + inference.layout().describe() + ", chunk " + std::to_string(chunk_bytes) + " (format " +
+         std::to_string(kChunkFormat) + "), " +
          (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory";
 }
 

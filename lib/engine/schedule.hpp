@@ -44,6 +44,9 @@ std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPi
 // transposed by the unpack, from the dense chunk.
 CopyDesc pack_copy(const CopyDesc& d);
 CopyDesc unpack_copy(const CopyDesc& d);
+// The chunk layout's version, in the rejoin fingerprint: a replacement rank built for another
+// layout is refused instead of unpacking garbage. 2: transposing pieces in the source's order.
+constexpr int kChunkFormat = 2;
 
 // REQUEST payloads: a consumer's pulls for one unit from one trainer.
 std::vector<uint8_t> encode_pulls(const std::vector<ChunkPiece>& pulls);

@@ -103,10 +103,12 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
 // while the next tile's source lines are prefetched. Each side then moves whole lines in runs
 // the memory system takes well, whatever the strides. (The tiles were gathered into a second
 // L1 buffer first; reading the source directly is 10-15 points of memcpy faster on the Xeon,
-// results/perf/transpose-tiles/xd.cpp.) Tiles of 64 source rows: from the engines' chunks
-// (Llama-4 gate_up pieces, bf16) on the GPU host's Xeon 109-110% of memcpy against 100-108%
-// for 128 rows, on the dev VM's EPYC 91-104% against 72-81%; read from the HF tensor's 32 KiB
-// rows, 66-77% against 30-38% on the Xeon (fast_copy_set_tile_width overrides it).
+// results/perf/transpose-tiles/xd.cpp.) Tiles of 64 source rows: the engines' unpack of
+// Llama-4 gate_up pieces (bf16) runs at 95-147% of memcpy on the GPU host's Xeon against
+// 85-109% with 128 rows, at 89-103% on the dev VM's EPYC against 73-111% (medians 96% / 78%);
+// read from the HF tensor's 32 KiB rows, 59-75% against 32-35% on the Xeon (results/perf/:
+// gpu-host-cpu/transpose-in-unpack/, tile-width-dev-vm.txt, transpose-tiles/).
+// fast_copy_set_tile_width overrides the width.
 constexpr int kTileI = 32;
 constexpr int kDefaultTileWidth = 64;
 

@@ -65,21 +65,50 @@ TEST(Schedule, SplitCopyCutsWholeMultiplesOf128Rows) {
   EXPECT_EQ(pieces[0].dims[0].size, 100);
 }
 
-// Each piece packed into its chunk and unpacked from it (with the CPU device's copy) writes
-// what the piece writes straight from the source; the pack fills its chunk exactly.
+// The pieces packed into one chunk in one launch and unpacked from it in another, as the CPU
+// device runs them (execute_copies_fast: pieces reading the same source rows go row by row
+// together), write what the whole copy writes, with every transpose kernel and tile width;
+// the pack writes each piece's span of the chunk and nothing else.
 void expect_round_trip(const CopyDesc& whole, int64_t max_elems, int64_t src_elems, int64_t dst_elems,
                        const std::string& what) {
   std::vector<uint16_t> src(static_cast<size_t>(src_elems));
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t((i * 40503u + 7) % 65521);  // never 0xffff
-  for (const CopyDesc& p : split_copy(whole, max_elems)) {
-    std::vector<uint16_t> want(size_t(dst_elems), 0xffff), got = want, chunk(size_t(p.numel) + 8, 0xffff);
-    execute_copy(p, src.data(), want.data(), 2);
-    execute_copy_fast(pack_copy(p), src.data(), chunk.data(), 2);
-    for (size_t i = 0; i < chunk.size(); ++i)
-      ASSERT_EQ(chunk[i] == 0xffff, i >= size_t(p.numel)) << what << ": chunk element " << i;
-    execute_copy_fast(unpack_copy(p), chunk.data(), got.data(), 2);
-    EXPECT_EQ(want, got) << what;
+  std::vector<uint16_t> want(size_t(dst_elems), 0xffff);
+  execute_copy(whole, src.data(), want.data(), 2);
+  const std::vector<CopyDesc> pieces = split_copy(whole, max_elems);
+  std::vector<CopyDesc> packs, unpacks;
+  std::vector<int64_t> at;  // each piece's chunk offset, 16-byte aligned with a gap
+  int64_t n = 0;
+  for (const CopyDesc& p : pieces) {
+    packs.push_back(pack_copy(p));
+    unpacks.push_back(unpack_copy(p));
+    at.push_back(n);
+    n += (p.numel + 7) / 8 * 8 + 8;
   }
+  std::vector<bool> covered(size_t(n), false);
+  for (size_t k = 0; k < pieces.size(); ++k)
+    for (int64_t e = 0; e < pieces[k].numel; ++e) covered[size_t(at[k] + e)] = true;
+  const bool avx2_before = fast_copy_allow_avx2(true);
+  const int width_before = fast_copy_set_tile_width(0);
+  for (int combo = 0; combo < 4; ++combo) {
+    fast_copy_allow_avx2(combo & 1);
+    fast_copy_set_tile_width(combo & 2 ? 64 : 128);
+    const std::string how = what + ((combo & 1) ? ", avx2 " : ", sse2 ") + ((combo & 2) ? "64" : "128");
+    std::vector<uint16_t> chunk(size_t(n), 0xffff), got(size_t(dst_elems), 0xffff);
+    std::vector<CopyTask> pack, unpack;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      pack.push_back(CopyTask{&packs[k], src.data(), chunk.data() + at[k], 2});
+      unpack.push_back(CopyTask{&unpacks[k], chunk.data() + at[k], got.data(), 2});
+    }
+    execute_copies_fast(pack);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < chunk.size(); ++i) wrong += (chunk[i] != 0xffff) != covered[i];
+    EXPECT_EQ(wrong, 0) << how << ": chunk elements written outside the pieces' spans or left unwritten";
+    execute_copies_fast(unpack);
+    EXPECT_EQ(want, got) << how;
+  }
+  fast_copy_allow_avx2(avx2_before);
+  fast_copy_set_tile_width(width_before);
 }
 
 TEST(Schedule, TransposesHappenInTheUnpackFromTheDenseChunk) {
@@ -87,12 +116,18 @@ TEST(Schedule, TransposesHappenInTheUnpackFromTheDenseChunk) {
   t.select(0, 1);
   t.transpose(0, 1);
   t.narrow(0, 100, 260);
+  SubView experts = SubView::contiguous({3, 300, 520});  // every expert's, three loops
+  experts.transpose(1, 2);
+  experts.narrow(1, 100, 260);
   SubView cols = SubView::contiguous({700, 384});
   cols.narrow(1, 96, 96);
-  const CopyDesc d = make_pack_desc(t, 3), c = make_pack_desc(cols, 0);
-  for (int64_t max_elems : {int64_t(700), int64_t(9000), int64_t(1) << 20}) {
+  const CopyDesc d = make_pack_desc(t, 3), e = make_pack_desc(experts, 5), c = make_pack_desc(cols, 0);
+  ASSERT_EQ(e.dims.size(), 3u);
+  // Pieces of 2, 30, 128 and all 260 destination rows (the last three reach the tiles).
+  for (int64_t max_elems : {int64_t(700), int64_t(9000), int64_t(128 * 300), int64_t(1) << 20}) {
     const std::string at = " at " + std::to_string(max_elems);
     expect_round_trip(d, max_elems, 3 * 300 * 520, t.numel() + 3, "transpose" + at);
+    expect_round_trip(e, max_elems, 3 * 300 * 520, experts.numel() + 5, "experts" + at);
     expect_round_trip(c, max_elems, 700 * 384, cols.numel(), "columns" + at);
   }
   // The transpose's pack reads runs of source rows (a source row's 260 elements, 520 apart)
