@@ -146,6 +146,78 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
   }
 }
 
+// Where tile b of a transposing job starts: the outer iteration's element offsets and the
+// tile's first i and j (tiles of `side` x `side`, along i first).
+__device__ __forceinline__ void tile_origin(const TransposeJob& j, int64_t b, int64_t side, int64_t* so, int64_t* dof,
+                                            int64_t* i0, int64_t* j0) {
+  int64_t o = b / j.tiles;
+  const int64_t t = b - o * j.tiles;
+  *so = j.src_offset;
+  *dof = j.dst_offset;
+  for (int k = j.outer - 1; k >= 0; --k) {
+    const int64_t x = o % j.size[k];
+    o /= j.size[k];
+    *so += x * j.src_stride[k];
+    *dof += x * j.dst_stride[k];
+  }
+  *i0 = (t % j.tiles_i) * side;
+  *j0 = (t / j.tiles_i) * side;
+}
+
+// Block (kTransposeTile, 8): each block moves tiles b, b + gridDim.x, ... of `total`.
+template <class T>
+__global__ void transpose_kernel(TransposeJob j, int64_t total) {
+  __shared__ T tile[kTransposeTile][kTransposeTile + 1];  // + 1: column reads spread over banks
+  const T* src = reinterpret_cast<const T*>(j.src);
+  T* dst = reinterpret_cast<T*>(j.dst);
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+    int64_t so, dof, i0, j0;
+    tile_origin(j, b, kTransposeTile, &so, &dof, &i0, &j0);
+    for (int r = ty; r < kTransposeTile; r += int(blockDim.y))  // along source rows j0 + r
+      if (i0 + tx < j.ni && j0 + r < j.nj) tile[r][tx] = src[so + i0 + tx + (j0 + r) * j.ss];
+    __syncthreads();
+    for (int r = ty; r < kTransposeTile; r += int(blockDim.y))  // along destination rows i0 + r
+      if (i0 + r < j.ni && j0 + tx < j.nj) dst[dof + (i0 + r) * j.ds + j0 + tx] = tile[tx][r];
+    __syncthreads();
+  }
+}
+
+// 16-bit elements in pairs, where every offset and stride is even: 64 x 64 tiles, 32-bit
+// loads along source rows and 32-bit stores along destination rows (a warp moves 128 bytes
+// a row, where single 16-bit elements move 64). Tiles past the edges go element by element.
+__global__ void transpose16_kernel(TransposeJob j, int64_t total) {
+  constexpr int kT = 2 * kTransposeTile;
+  __shared__ uint16_t tile[kT][kT + 1];  // odd row length: column reads spread over banks
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(j.src);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(j.dst);
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y), ry = int(blockDim.y);
+  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+    int64_t so, dof, i0, j0;
+    tile_origin(j, b, kT, &so, &dof, &i0, &j0);
+    if (i0 + kT <= j.ni && j0 + kT <= j.nj) {  // the same for the whole block
+      for (int r = ty; r < kT; r += ry) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(src + so + i0 + 2 * tx + (j0 + r) * j.ss);
+        tile[r][2 * tx] = uint16_t(w);
+        tile[r][2 * tx + 1] = uint16_t(w >> 16);
+      }
+      __syncthreads();
+      for (int r = ty; r < kT; r += ry)
+        *reinterpret_cast<uint32_t*>(dst + dof + (i0 + r) * j.ds + j0 + 2 * tx) =
+            uint32_t(tile[2 * tx][r]) | (uint32_t(tile[2 * tx + 1][r]) << 16);
+    } else {
+      for (int r = ty; r < kT; r += ry)
+        for (int c = tx; c < kT; c += kTransposeTile)
+          if (i0 + c < j.ni && j0 + r < j.nj) tile[r][c] = src[so + i0 + c + (j0 + r) * j.ss];
+      __syncthreads();
+      for (int r = ty; r < kT; r += ry)
+        for (int c = tx; c < kT; c += kTransposeTile)
+          if (i0 + r < j.ni && j0 + c < j.nj) dst[dof + (i0 + r) * j.ds + j0 + c] = tile[c][r];
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 }  // namespace kernels
@@ -232,10 +304,17 @@ class CudaDevice : public Device {
   }
   void release(uint8_t* p) override { CUDA_CHECK(cudaFree(p)); }
 
+  // Transposing jobs get the tiled kernel, one launch each; the rest go in one batched launch
+  // per vector width (jobs of one copy are independent: any order).
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
-    for (const CopyJob& j : jobs)
-      if (j.desc.numel > 0) dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0));
+    for (const CopyJob& j : jobs) {
+      if (j.desc.numel == 0) continue;
+      if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8))
+        launch_transpose(j, stream(lane));
+      else
+        dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0));
+    }
     launch(dj, lane);
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
@@ -346,6 +425,51 @@ class CudaDevice : public Device {
       CUDA_CHECK(cudaGetLastError());
       CUDA_CHECK(cudaFreeAsync(d, s));
     }
+  }
+
+  void launch_transpose(const CopyJob& cj, cudaStream_t s) {
+    const CopyDesc& d = cj.desc;
+    const size_t n = d.dims.size();
+    if (n > size_t(kernels::kMaxOuter) + 2) throw Error("device kernels: a transposing copy with more than 9 loops");
+    constexpr int64_t kT = kernels::kTransposeTile;
+    kernels::TransposeJob t{};
+    t.src = cj.src;
+    t.dst = cj.dst;
+    t.src_offset = d.src_offset;
+    t.dst_offset = d.dst_offset;
+    t.ni = d.dims[n - 2].size;
+    t.nj = d.dims[n - 1].size;
+    t.ss = d.dims[n - 1].src_stride;
+    t.ds = d.dims[n - 2].dst_stride;
+    t.outer = int32_t(n - 2);
+    // 16-bit pairs where every offset, stride and base is even (4-byte aligned accesses).
+    bool pairs = cj.elem_bytes == 2 && t.src_offset % 2 == 0 && t.dst_offset % 2 == 0 && t.ss % 2 == 0 &&
+                 t.ds % 2 == 0 && reinterpret_cast<uintptr_t>(cj.src) % 4 == 0 &&
+                 reinterpret_cast<uintptr_t>(cj.dst) % 4 == 0;
+    for (size_t k = 0; k + 2 < n; ++k) {
+      t.size[k] = d.dims[k].size;
+      t.src_stride[k] = d.dims[k].src_stride;
+      t.dst_stride[k] = d.dims[k].dst_stride;
+      pairs = pairs && t.src_stride[k] % 2 == 0 && t.dst_stride[k] % 2 == 0;
+    }
+    const int64_t tile = pairs ? 2 * kT : kT;
+    t.tiles_i = (t.ni + tile - 1) / tile;
+    t.tiles = t.tiles_i * ((t.nj + tile - 1) / tile);
+    const int64_t total = t.tiles * (d.numel / (t.ni * t.nj));
+    const unsigned grid = unsigned(std::min<int64_t>(total, int64_t(1) << 16));
+    const dim3 block(unsigned(kT), 8);
+    if (pairs) {
+      kernels::transpose16_kernel<<<grid, block, 0, s>>>(t, total);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    switch (cj.elem_bytes) {
+      case 1: kernels::transpose_kernel<uint8_t><<<grid, block, 0, s>>>(t, total); break;
+      case 2: kernels::transpose_kernel<uint16_t><<<grid, block, 0, s>>>(t, total); break;
+      case 4: kernels::transpose_kernel<uint32_t><<<grid, block, 0, s>>>(t, total); break;
+      default: kernels::transpose_kernel<uint64_t><<<grid, block, 0, s>>>(t, total); break;
+    }
+    CUDA_CHECK(cudaGetLastError());
   }
 
   int gpu_;

@@ -135,24 +135,18 @@ CopyDesc with_contiguous(const CopyDesc& d, bool src) {
   return c;
 }
 
-// Whether the two innermost loops transpose: the destination runs along the last, the source
-// along the one before (the shape the fast copy transposes in tiles).
-bool transposes(const CopyDesc& d) {
-  const size_t n = d.dims.size();
-  return n >= 2 && d.dims[n - 1].dst_stride == 1 && d.dims[n - 1].src_stride != 1 && d.dims[n - 2].src_stride == 1;
-}
 void swap_inner(CopyDesc& d) { std::swap(d.dims[d.dims.size() - 2], d.dims.back()); }
 }  // namespace
 
 CopyDesc pack_copy(const CopyDesc& d) {
-  if (!transposes(d)) return with_contiguous(d, false);
+  if (!copy_transposes(d)) return with_contiguous(d, false);
   CopyDesc c = d;
   swap_inner(c);  // source order: runs of source rows
   return with_contiguous(c, false);
 }
 
 CopyDesc unpack_copy(const CopyDesc& d) {
-  if (!transposes(d)) return with_contiguous(d, true);
+  if (!copy_transposes(d)) return with_contiguous(d, true);
   CopyDesc c = d;
   swap_inner(c);
   c = with_contiguous(c, true);  // the chunk in source order, as pack_copy wrote it

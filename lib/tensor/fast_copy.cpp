@@ -387,8 +387,7 @@ void execute_copy_fast(const CopyDesc& d, const void* src, void* dst, int64_t eb
   const bool stream = d.numel * eb >= kStreamBytes;
   const size_t n = d.dims.size();
   const CopyDim& in = d.dims.back();
-  if (n >= 2 && in.dst_stride == 1 && in.src_stride != 1 && d.dims[n - 2].src_stride == 1 &&
-      (eb == 1 || eb == 2 || eb == 4 || eb == 8)) {
+  if (copy_transposes(d) && (eb == 1 || eb == 2 || eb == 4 || eb == 8)) {
     const CopyDim& a = d.dims[n - 2];
     for_each_outer(d, 2, eb, src, dst, 0, [&](const std::byte* s, std::byte* t, const std::byte*) {
       switch (eb) {

@@ -300,6 +300,11 @@ void copy_strided_run(const CopyDim& in, const std::byte* s, std::byte* t, int64
   }
 }
 
+bool copy_transposes(const CopyDesc& d) {
+  const size_t n = d.dims.size();
+  return n >= 2 && d.dims[n - 1].dst_stride == 1 && d.dims[n - 1].src_stride != 1 && d.dims[n - 2].src_stride == 1;
+}
+
 void execute_copy(const CopyDesc& d, const void* src, void* dst, int64_t eb) {
   if (d.numel == 0) return;
   const auto* s0 = static_cast<const std::byte*>(src);

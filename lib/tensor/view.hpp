@@ -77,6 +77,10 @@ CopyDesc make_copy_desc(const SubView& src, const SubView& dst);
 // Packed destination: the source view written contiguously at dst_offset.
 CopyDesc make_pack_desc(const SubView& src, int64_t dst_offset);
 
+// Whether the copy's two innermost loops transpose: the destination runs along the last, the
+// source along the one before (what the CPU and GPU copies move in tiles).
+bool copy_transposes(const CopyDesc& d);
+
 // CPU execution of a copy descriptor: the twin that defines the GPU kernels' semantics.
 void execute_copy(const CopyDesc& d, const void* src, void* dst, int64_t elem_bytes);
 // One innermost loop of a copy with strides other than 1 (elements of eb bytes).

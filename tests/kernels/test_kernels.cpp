@@ -2,6 +2,7 @@
 // cpu_verify) on random jobs. Skips, visibly, where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -97,6 +98,64 @@ TEST(Kernels, WideAccessesOnAlignedRuns) {
     gpu->to_host(got.data(), dst.data(), d.numel * 2);
     execute_copy(d, host.data(), want.data(), 2);
     ASSERT_EQ(got, want);
+  }
+}
+
+// Transposing copies take the tiled kernel: a Llama-4 gate_up piece read from the HF tensor
+// (rows 32 KiB apart) and from a chunk in source order (the engines' unpack), every expert at
+// once (an outer loop), and ragged shapes of every element size; each exact, in one launch
+// with a non-transposing job, the destination's untouched elements left alone.
+TEST(Kernels, TransposesMatchCpuTwin) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  struct Case {
+    std::vector<int64_t> shape;  // source tensor
+    int dim, start, len;         // narrow(dim, start, len) after transpose(last two)
+    int32_t eb;
+    int64_t at;                  // packed at this element: even offsets let 16-bit jobs go in pairs
+  };
+  const Case cases[] = {{{640, 16384}, 0, 2048, 384, 2, 0}, {{3, 300, 520}, 1, 100, 260, 2, 4},
+                        {{3, 300, 520}, 1, 100, 260, 2, 3}, {{70, 45}, 0, 3, 40, 1, 3},
+                        {{33, 100}, 1, 1, 31, 4, 3},       {{2, 37, 65}, 2, 0, 37, 8, 3}};
+  for (const Case& c : cases) {
+    SubView v = SubView::contiguous(c.shape);
+    const int nd = int(c.shape.size());
+    v.transpose(nd - 2, nd - 1);
+    v.narrow(c.dim, c.start, c.len);
+    const CopyDesc pack = make_pack_desc(v, c.at);  // source -> packed, transposing
+    ASSERT_TRUE(copy_transposes(pack));
+    int64_t n = 1;
+    for (int64_t x : c.shape) n *= x;
+    std::vector<uint8_t> host(size_t(n * c.eb));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = uint8_t(i * 151 + (i >> 9) + 1);
+    // Also a transpose from a dense buffer: the packed elements, read back in the source's order.
+    CopyDesc unpack = pack;
+    for (CopyDim& k : unpack.dims) std::swap(k.src_stride, k.dst_stride);
+    std::swap(unpack.src_offset, unpack.dst_offset);
+    const size_t m = unpack.dims.size();
+    std::swap(unpack.dims[m - 2], unpack.dims[m - 1]);  // the source's layout runs along the last loop
+    const int64_t out = pack.numel + c.at;
+    DeviceBuffer src(gpu.get(), n * c.eb), dst(gpu.get(), out * c.eb), back(gpu.get(), n * c.eb);
+    gpu->from_host(src.data(), host.data(), n * c.eb);
+    std::vector<uint8_t> fill(size_t(std::max(n, out) * c.eb), 0xEE);
+    gpu->from_host(dst.data(), fill.data(), out * c.eb);
+    gpu->from_host(back.data(), fill.data(), n * c.eb);
+    const CopyDesc plain = make_pack_desc(SubView::contiguous({std::max<int64_t>(c.at, 1)}), 0);  // joins the launch
+    std::vector<CopyJob> jobs = {CopyJob{src.data(), dst.data(), pack, c.eb}};
+    if (c.at > 0) jobs.push_back(CopyJob{src.data(), dst.data(), plain, c.eb});  // before the packed elements
+    gpu->copy(jobs);
+    gpu->copy({CopyJob{dst.data(), back.data(), unpack, c.eb}});
+    gpu->synchronize();
+    std::vector<uint8_t> want(fill.begin(), fill.begin() + out * c.eb), got(want.size());
+    execute_copy(pack, host.data(), want.data(), c.eb);
+    if (c.at > 0) execute_copy(plain, host.data(), want.data(), c.eb);
+    gpu->to_host(got.data(), dst.data(), int64_t(got.size()));
+    ASSERT_EQ(got, want) << "pack, shape " << c.shape.size() << "-d, " << c.len << " wide, eb " << c.eb;
+    std::vector<uint8_t> want_back(fill.begin(), fill.begin() + n * c.eb), got_back(want_back.size());
+    ASSERT_TRUE(copy_transposes(unpack));
+    execute_copy(unpack, want.data(), want_back.data(), c.eb);
+    gpu->to_host(got_back.data(), back.data(), int64_t(got_back.size()));
+    ASSERT_EQ(got_back, want_back) << "unpack, shape " << c.shape.size() << "-d, " << c.len << " wide, eb " << c.eb;
   }
 }
 
