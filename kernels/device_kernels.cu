@@ -164,14 +164,14 @@ __device__ __forceinline__ void tile_origin(const TransposeJob& j, int64_t b, in
   *j0 = (t / j.tiles_i) * side;
 }
 
-// Block (kTransposeTile, 8): each block moves tiles b, b + gridDim.x, ... of `total`.
+// Block (kTransposeTile, 8): each block moves tiles b, b + gridDim.x, ... of j.total.
 template <class T>
-__global__ void transpose_kernel(TransposeJob j, int64_t total) {
+__global__ void transpose_kernel(TransposeJob j) {
   __shared__ T tile[kTransposeTile][kTransposeTile + 1];  // + 1: column reads spread over banks
   const T* src = reinterpret_cast<const T*>(j.src);
   T* dst = reinterpret_cast<T*>(j.dst);
   const int tx = int(threadIdx.x), ty = int(threadIdx.y);
-  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+  for (int64_t b = blockIdx.x; b < j.total; b += gridDim.x) {
     int64_t so, dof, i0, j0;
     tile_origin(j, b, kTransposeTile, &so, &dof, &i0, &j0);
     for (int r = ty; r < kTransposeTile; r += int(blockDim.y))  // along source rows j0 + r
@@ -183,16 +183,17 @@ __global__ void transpose_kernel(TransposeJob j, int64_t total) {
   }
 }
 
-// 16-bit elements in pairs, where every offset and stride is even: 64 x 64 tiles, 32-bit
-// loads along source rows and 32-bit stores along destination rows (a warp moves 128 bytes
-// a row, where single 16-bit elements move 64). Tiles past the edges go element by element.
-__global__ void transpose16_kernel(TransposeJob j, int64_t total) {
+// 16-bit elements in pairs, where every offset, stride and base allows 4-byte accesses:
+// 64 x 64 tiles, 32-bit loads along source rows and 32-bit stores along destination rows (a
+// warp moves 128 bytes a row, where single 16-bit elements move 64). Tiles past the edges go
+// element by element.
+__global__ void transpose16_kernel(TransposeJob j) {
   constexpr int kT = 2 * kTransposeTile;
   __shared__ uint16_t tile[kT][kT + 1];  // odd row length: column reads spread over banks
   const uint16_t* src = reinterpret_cast<const uint16_t*>(j.src);
   uint16_t* dst = reinterpret_cast<uint16_t*>(j.dst);
   const int tx = int(threadIdx.x), ty = int(threadIdx.y), ry = int(blockDim.y);
-  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+  for (int64_t b = blockIdx.x; b < j.total; b += gridDim.x) {
     int64_t so, dof, i0, j0;
     tile_origin(j, b, kT, &so, &dof, &i0, &j0);
     if (i0 + kT <= j.ni && j0 + kT <= j.nj) {  // the same for the whole block
@@ -308,13 +309,15 @@ class CudaDevice : public Device {
   // per vector width (jobs of one copy are independent: any order).
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
-    for (const CopyJob& j : jobs) {
+    std::vector<kernels::TransposeJob> tj;
+    for (const CopyJob& j : jobs) {  // every job checked before anything is queued
       if (j.desc.numel == 0) continue;
       if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8))
-        launch_transpose(j, stream(lane));
+        tj.push_back(make_transpose_job(j));
       else
         dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0));
     }
+    for (const kernels::TransposeJob& t : tj) launch_transpose(t, stream(lane));
     launch(dj, lane);
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
@@ -427,7 +430,7 @@ class CudaDevice : public Device {
     }
   }
 
-  void launch_transpose(const CopyJob& cj, cudaStream_t s) {
+  static kernels::TransposeJob make_transpose_job(const CopyJob& cj) {
     const CopyDesc& d = cj.desc;
     const size_t n = d.dims.size();
     if (n > size_t(kernels::kMaxOuter) + 2) throw Error("device kernels: a transposing copy with more than 9 loops");
@@ -455,20 +458,23 @@ class CudaDevice : public Device {
     const int64_t tile = pairs ? 2 * kT : kT;
     t.tiles_i = (t.ni + tile - 1) / tile;
     t.tiles = t.tiles_i * ((t.nj + tile - 1) / tile);
-    const int64_t total = t.tiles * (d.numel / (t.ni * t.nj));
-    const unsigned grid = unsigned(std::min<int64_t>(total, int64_t(1) << 16));
-    const dim3 block(unsigned(kT), 8);
-    if (pairs) {
-      kernels::transpose16_kernel<<<grid, block, 0, s>>>(t, total);
-      CUDA_CHECK(cudaGetLastError());
-      return;
-    }
-    switch (cj.elem_bytes) {
-      case 1: kernels::transpose_kernel<uint8_t><<<grid, block, 0, s>>>(t, total); break;
-      case 2: kernels::transpose_kernel<uint16_t><<<grid, block, 0, s>>>(t, total); break;
-      case 4: kernels::transpose_kernel<uint32_t><<<grid, block, 0, s>>>(t, total); break;
-      default: kernels::transpose_kernel<uint64_t><<<grid, block, 0, s>>>(t, total); break;
-    }
+    t.total = t.tiles * (d.numel / (t.ni * t.nj));
+    t.elem_bytes = cj.elem_bytes;
+    t.pairs = pairs ? 1 : 0;
+    return t;
+  }
+
+  static void launch_transpose(const kernels::TransposeJob& t, cudaStream_t s) {
+    const unsigned grid = unsigned(std::min<int64_t>(t.total, int64_t(1) << 16));
+    const dim3 block(unsigned(kernels::kTransposeTile), 8);
+    if (t.pairs) kernels::transpose16_kernel<<<grid, block, 0, s>>>(t);
+    else
+      switch (t.elem_bytes) {
+        case 1: kernels::transpose_kernel<uint8_t><<<grid, block, 0, s>>>(t); break;
+        case 2: kernels::transpose_kernel<uint16_t><<<grid, block, 0, s>>>(t); break;
+        case 4: kernels::transpose_kernel<uint32_t><<<grid, block, 0, s>>>(t); break;
+        default: kernels::transpose_kernel<uint64_t><<<grid, block, 0, s>>>(t); break;
+      }
     CUDA_CHECK(cudaGetLastError());
   }
 

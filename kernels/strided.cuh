@@ -39,17 +39,20 @@ struct DevJob {
 // A transposing copy (the destination runs along the last loop, the source along the one
 // before; Llama-4's expert weights): dst[i * ds + j] = src[i + j * ss] for i < ni, j < nj in
 // each iteration of up to kMaxOuter outer loops. It goes through shared memory in tiles of
-// kTransposeTile x kTransposeTile elements (twice that of 16-bit pairs where every offset and
-// stride is even), so a warp reads along a source row and writes along a destination row.
+// kTransposeTile x kTransposeTile elements (twice that of 16-bit pairs where every offset,
+// stride and base pointer allows 4-byte accesses), so a warp reads along a source row and
+// writes along a destination row.
 inline constexpr int kTransposeTile = 32;
 struct TransposeJob {
   const uint8_t* src;
   uint8_t* dst;
   int64_t src_offset, dst_offset;  // elements
   int64_t ni, nj, ss, ds;          // the two inner loops
-  int64_t tiles_i, tiles;          // tiles along i, tiles per outer iteration
+  int64_t tiles_i, tiles, total;   // tiles along i, per outer iteration, in all
   int64_t size[kMaxOuter], src_stride[kMaxOuter], dst_stride[kMaxOuter];  // outer loops
   int32_t outer;
+  int32_t elem_bytes;
+  int32_t pairs;                   // 16-bit pairs (transpose16_kernel)
   int32_t pad;
 };
 

@@ -1,6 +1,6 @@
 // The inference side of the sharded engines: on READY, pull the chunk one-sided from the
 // trainer's registered send buffer into the registered receive buffer, copy its pieces
-// into the layerwise buffer of their weight group (one launch per chunk), tell the trainer
+// into the layerwise buffer of their weight group (one copy() per chunk), tell the trainer
 // (DONE), and when a group is complete run process + copy into the live weights. V3 does
 // the process + copy on the background lane (a second stream on GPUs, a thread on CPUs),
 // so the receive buffer takes the next chunk at once.

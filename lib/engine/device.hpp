@@ -50,7 +50,8 @@ class Device {
   virtual void release(uint8_t* p) = 0;
 
   // Queued on a lane, in order. The jobs of one copy() are independent (none reads or
-  // writes what another writes): a GPU runs them at once, the CPU in any order.
+  // writes what another writes): a GPU runs them at once (transposing ones in launches of
+  // their own), the CPU in any order.
   virtual void copy(const std::vector<CopyJob>& jobs, Lane lane = Lane::kMain) = 0;
   virtual void synth(const std::vector<SynthJob>& jobs, Lane lane = Lane::kMain) = 0;
   virtual void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane = Lane::kMain) = 0;

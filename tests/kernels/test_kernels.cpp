@@ -101,10 +101,11 @@ TEST(Kernels, WideAccessesOnAlignedRuns) {
   }
 }
 
-// Transposing copies take the tiled kernel: a Llama-4 gate_up piece read from the HF tensor
+// Transposing copies take the tiled kernels: a Llama-4 gate_up piece read from the HF tensor
 // (rows 32 KiB apart) and from a chunk in source order (the engines' unpack), every expert at
-// once (an outer loop), and ragged shapes of every element size; each exact, in one launch
-// with a non-transposing job, the destination's untouched elements left alone.
+// once (an outer loop; two outer loops in a 4-d case), and ragged shapes of every element
+// size; 16-bit pairs where the offsets are even. Each exact, in one copy() with a
+// non-transposing job, the destination's untouched elements left alone.
 TEST(Kernels, TransposesMatchCpuTwin) {
   REQUIRE_GPU();
   auto gpu = make_cuda_device(0);
@@ -116,7 +117,8 @@ TEST(Kernels, TransposesMatchCpuTwin) {
   };
   const Case cases[] = {{{640, 16384}, 0, 2048, 384, 2, 0}, {{3, 300, 520}, 1, 100, 260, 2, 4},
                         {{3, 300, 520}, 1, 100, 260, 2, 3}, {{70, 45}, 0, 3, 40, 1, 3},
-                        {{33, 100}, 1, 1, 31, 4, 3},       {{2, 37, 65}, 2, 0, 37, 8, 3}};
+                        {{33, 100}, 1, 1, 31, 4, 3},       {{2, 37, 65}, 2, 0, 37, 8, 3},
+                        {{2, 4, 70, 130}, 1, 1, 2, 2, 2}};
   for (const Case& c : cases) {
     SubView v = SubView::contiguous(c.shape);
     const int nd = int(c.shape.size());
@@ -124,10 +126,13 @@ TEST(Kernels, TransposesMatchCpuTwin) {
     v.narrow(c.dim, c.start, c.len);
     const CopyDesc pack = make_pack_desc(v, c.at);  // source -> packed, transposing
     ASSERT_TRUE(copy_transposes(pack));
+    if (nd == 4) {
+      ASSERT_EQ(pack.dims.size(), 4u);  // two outer loops, not coalesced
+    }
     int64_t n = 1;
     for (int64_t x : c.shape) n *= x;
     std::vector<uint8_t> host(size_t(n * c.eb));
-    for (size_t i = 0; i < host.size(); ++i) host[i] = uint8_t(i * 151 + (i >> 9) + 1);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = uint8_t((i * 0x9E3779B97F4A7C15ull) >> 56);  // no period
     // Also a transpose from a dense buffer: the packed elements, read back in the source's order.
     CopyDesc unpack = pack;
     for (CopyDim& k : unpack.dims) std::swap(k.src_stride, k.dst_stride);
