@@ -22,7 +22,10 @@ namespace kernels {
 
 namespace {
 
-__device__ __forceinline__ void run_base(const DevJob& j, int64_t r, int64_t* s, int64_t* d) {
+// Element offsets of outer iteration r of a job (DevJob, TransposeJob): its outer loops
+// walked with the innermost fastest.
+template <class Job>
+__device__ __forceinline__ void run_base(const Job& j, int64_t r, int64_t* s, int64_t* d) {
   int64_t so = j.src_offset, dof = j.dst_offset;
   for (int k = j.outer - 1; k >= 0; --k) {
     int64_t n = j.size[k];
@@ -150,16 +153,8 @@ __global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long
 // tile's first i and j (tiles of `side` x `side`, along i first).
 __device__ __forceinline__ void tile_origin(const TransposeJob& j, int64_t b, int64_t side, int64_t* so, int64_t* dof,
                                             int64_t* i0, int64_t* j0) {
-  int64_t o = b / j.tiles;
-  const int64_t t = b - o * j.tiles;
-  *so = j.src_offset;
-  *dof = j.dst_offset;
-  for (int k = j.outer - 1; k >= 0; --k) {
-    const int64_t x = o % j.size[k];
-    o /= j.size[k];
-    *so += x * j.src_stride[k];
-    *dof += x * j.dst_stride[k];
-  }
+  const int64_t o = b / j.tiles, t = b - o * j.tiles;
+  run_base(j, o, so, dof);
   *i0 = (t % j.tiles_i) * side;
   *j0 = (t / j.tiles_i) * side;
 }

@@ -92,8 +92,7 @@ struct CopySet {
 // the source rows it reads, which slows it, unlike the plan's entries (Llama-4: one expert's
 // 2048 columns of 5120 rows).
 CopyDesc trim(CopyDesc d, int64_t eb, int64_t cap) {
-  const bool transpose = d.dims.size() >= 2 && d.dims.back().src_stride != 1;
-  const size_t cuttable = d.dims.size() - (transpose ? 2 : 0);
+  const size_t cuttable = d.dims.size() - (copy_transposes(d) ? 2 : 0);
   for (size_t k = 0; k < cuttable && d.numel * eb > cap; ++k) {
     const int64_t inner = d.numel / d.dims[k].size;
     d.dims[k].size = std::max<int64_t>(1, cap / (inner * eb));

@@ -6,8 +6,8 @@
 //  - short runs (a quarter of every source row, say) prefetch the source a few runs ahead;
 //  - a transposing copy of 16-bit elements (Llama-4's expert weights) goes in tiles,
 //    transposed in registers (AVX2 where the CPU has it, else SSE2) into an L1 buffer and
-//    written out from there as whole-line runs; other element sizes and the tiles' ragged edges go
-//    in 512 x 512 blocks;
+//    written out from there as whole-line runs; other element sizes and the tiles' ragged
+//    edges go in 512 x 512 blocks;
 //  - a batch of copies that take different columns of the same rows (a trainer's pack of one
 //    tensor for each of its TP consumers) goes row by row together, so the source is read in
 //    order, once: expert w2 on the dev VM's EPYC, four 768-byte columns of 3 KiB rows, 78% of
@@ -112,15 +112,6 @@ inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t 
 constexpr int kTileI = 32;
 constexpr int kDefaultTileWidth = 64;
 
-// A tile: TJ source rows (stride ss) of kTileI -> b [kTileI][TJ]. Each register transpose
-// reads 8 rows; the ones that share those rows follow it, so a row's line is read whole while
-// it is in L1 even where all the rows map to one cache set (a power-of-two stride).
-template <int TJ>
-void tile_sse2(const uint16_t* s, int64_t ss, uint16_t* b) {
-  for (int j = 0; j < TJ; j += 8)
-    for (int i = 0; i < kTileI; i += 8) transpose8x8_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SHARDSYNC_HAVE_AVX2_TILE 1
 // 8 source rows of 16 -> 16 destination rows of 8: two 8 x 8 transposes, one per 128-bit lane.
@@ -151,12 +142,6 @@ __attribute__((target("avx2"))) inline void transpose8x16_16(const uint16_t* s, 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(t + (k + 8) * ds), _mm256_extracti128_si256(v[k], 1));
   }
 }
-
-template <int TJ>
-__attribute__((target("avx2"))) void tile_avx2(const uint16_t* s, int64_t ss, uint16_t* b) {
-  for (int j = 0; j < TJ; j += 8)
-    for (int i = 0; i < kTileI; i += 16) transpose8x16_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
-}
 #endif
 
 // Whether the tiles go through AVX2: the CPU has it and tests have not turned it off.
@@ -169,12 +154,18 @@ bool avx2_tiles() {
 #endif
 }
 
-// What a tiled transpose is made of, for one instruction set: transpose a tile from the
-// source into the L1 buffer, store a destination run from it (`bytes` a multiple of 32;
-// streaming where the destination is aligned).
+// What a tiled transpose is made of, for one instruction set: transpose a tile, TJ source
+// rows (stride ss) of kTileI, into the L1 buffer b [kTileI][TJ], and store a destination run
+// from it (`bytes` a multiple of 32; streaming where the destination is aligned). Each
+// register transpose reads 8 rows; the ones that share those rows follow it, so a row's line
+// is read whole while it is in L1 even where all the rows map to one cache set (a
+// power-of-two stride).
 struct Sse2Moves {
   template <int TJ>
-  static void tile(const uint16_t* s, int64_t ss, uint16_t* b) { tile_sse2<TJ>(s, ss, b); }
+  static void tile(const uint16_t* s, int64_t ss, uint16_t* b) {
+    for (int j = 0; j < TJ; j += 8)
+      for (int i = 0; i < kTileI; i += 8) transpose8x8_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
+  }
   static void run(std::byte* t, const std::byte* b, int bytes, bool stream) {
     const bool nt = stream && (reinterpret_cast<uintptr_t>(t) & 15) == 0;
     for (int x = 0; x < bytes; x += 16) {
@@ -191,7 +182,8 @@ struct Sse2Moves {
 struct Avx2Moves {
   template <int TJ>
   __attribute__((target("avx2"))) static void tile(const uint16_t* s, int64_t ss, uint16_t* b) {
-    tile_avx2<TJ>(s, ss, b);
+    for (int j = 0; j < TJ; j += 8)
+      for (int i = 0; i < kTileI; i += 16) transpose8x16_16(s + i + j * ss, ss, b + i * TJ + j, TJ);
   }
   __attribute__((target("avx2"))) static void run(std::byte* t, const std::byte* b, int bytes, bool stream) {
     const auto at = reinterpret_cast<uintptr_t>(t);
