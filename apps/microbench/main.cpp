@@ -382,8 +382,8 @@ int main(int argc, char** argv) {
       g_engine->engines = std::make_unique<Engines>(g_engine->world, g_engine->model, g_engine->trainer,
                                                     g_engine->inference, g_engine->plans, so);
       g_engine->engines->bootstrap();
-      for (EngineKind k : {EngineKind::kBroadcast, EngineKind::kV1, EngineKind::kV2, EngineKind::kV3})
-        benchmark::RegisterBenchmark((std::string("BM_EngineSync/") + engine_name(k)).c_str(), BM_EngineSync, k)
+      for (const EngineSpec& e : engine_table())
+        benchmark::RegisterBenchmark((std::string("BM_EngineSync/") + e.name).c_str(), BM_EngineSync, e.kind)
             ->Iterations(5)
             ->Repetitions(3)
             ->UseManualTime()

@@ -21,6 +21,7 @@
 #include "commands.hpp"
 #include "common/error.hpp"
 #include "common/table.hpp"
+#include "engine/engine_table.hpp"
 
 extern char** environ;
 
@@ -34,7 +35,6 @@ struct ReportOptions {
   bool no_plots = false;
 };
 
-const char* const kEngines[] = {"broadcast", "v1", "v2", "v3"};
 const char* const kPhases[] = {"gather_s", "pack_s", "transfer_s", "process_s", "verify_s"};
 
 struct RunRow {
@@ -178,15 +178,15 @@ std::string plot_header(const std::string& png, const std::string& title, const 
          "set key outside right top\nset xtics rotate by -25 left noenhanced\nset datafile missing '-'\n";
 }
 
-// One data row per run: its label, then value(engine summary) for broadcast, v1, v2, v3
-// ("-" where the run lacks the engine), then `extra(run)` if given.
+// One data row per run: its label, then value(engine summary) for each row of the engine
+// table ("-" where the run lacks the engine), then `extra(run)` if given.
 template <class F, class G>
 std::string engine_rows(const std::vector<RunRow>& runs, F&& value, G&& extra) {
   std::string d;
   for (const RunRow& r : runs) {
     d += dat_label(r.label);
-    for (const char* e : kEngines) {
-      auto it = r.engines.find(e);
+    for (const EngineSpec& e : engine_table()) {
+      auto it = r.engines.find(e.name);
       d += " " + (it == r.engines.end() ? std::string("-") : value(it->second));
     }
     d += extra(r) + "\n";
@@ -194,12 +194,19 @@ std::string engine_rows(const std::vector<RunRow>& runs, F&& value, G&& extra) {
   return d;
 }
 
-// gnuplot's plot clauses for the four engine columns of engine_rows (2..5, labels in 1).
+// gnuplot's plot clauses for the engine columns of engine_rows (labels in 1, then one
+// column per row of the engine table).
 std::string engine_columns(const std::string& dat) {
-  std::string p = quoted(dat) + " using 2:xtic(1) title 'broadcast'";
-  for (int k = 1; k < 4; ++k) p += ", '' using " + std::to_string(k + 2) + " title '" + kEngines[k] + "'";
+  std::string p;
+  int col = 2;
+  for (const EngineSpec& e : engine_table()) {
+    p += (col == 2 ? quoted(dat) + " using 2:xtic(1)" : ", '' using " + std::to_string(col)) + " title '" + e.name + "'";
+    ++col;
+  }
   return p;
 }
+// The column after the engines' (engine_rows' `extra`).
+std::string extra_column() { return std::to_string(int(engine_table().size()) + 2); }
 
 std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, const std::filesystem::path& dir) {
   std::error_code ec;
@@ -240,7 +247,7 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
                                      (any_link ? " vs the measured pull-path link (hatched)" : " (no run measured its link: --measure-link)"),
                                  "GB/s received by all inference ranks (log scale)", n) +
                      "set logscale y\nplot " + engine_columns(dat("bandwidth")) +
-                     (any_link ? ", '' using 6 title 'link limit' lc rgb 'black' fs pattern 4" : "") + "\n";
+                     (any_link ? ", '' using " + extra_column() + " title 'link limit' lc rgb 'black' fs pattern 4" : "") + "\n";
     emit("bandwidth", d, gp);
   }
   // 3. Per-phase breakdown: each phase's share of the busy time of a (run, engine), so that
@@ -249,12 +256,12 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
   {
     std::string d = "# run/engine gather% pack% transfer% process% verify% | gather_s pack_s transfer_s process_s verify_s sync_s\n";
     for (const RunRow& r : runs)
-      for (const char* e : kEngines) {
-        auto it = r.engines.find(e);
+      for (const EngineSpec& spec : engine_table()) {
+        auto it = r.engines.find(spec.name);
         if (it == r.engines.end()) continue;
         double sum = 0;
         for (const char* ph : kPhases) sum += num(it->second, ph);
-        d += dat_label(r.label + " " + e);
+        d += dat_label(r.label + " " + spec.name);
         for (const char* ph : kPhases) d += " " + fmt_fixed(sum > 0 ? 100 * num(it->second, ph) / sum : 0.0, 2);
         for (const char* ph : kPhases) d += " " + fmt_fixed(num(it->second, ph), 6);
         d += " " + fmt_fixed(num(it->second["time_s"], "avg"), 6) + "\n";

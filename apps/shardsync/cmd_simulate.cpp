@@ -18,7 +18,7 @@ namespace {
 struct SimulateOptions {
   ModelLayoutOptions setup;
   std::string cluster = "h100-ib400";
-  std::vector<std::string> engines = {"broadcast", "v1", "v2", "v3"};
+  std::vector<EngineKind> engines;  // --engine; default: every row of the engine table
   int64_t bucket_bytes = int64_t(1) << 30;
   bool reproduce = false;
   std::string compare;  // a bench result JSON to predict
@@ -46,16 +46,25 @@ nlohmann::json to_json(const SimResult& r) {
           {"sol_pp_serial_s", r.sol_pp_serial_s}, {"tensors", r.tensors}, {"groups", r.groups}, {"pulls", r.pulls}};
 }
 
-std::vector<SimResult> simulate(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<std::string>& engines,
+std::vector<EngineKind> every_engine() {
+  std::vector<EngineKind> out;
+  for (const EngineSpec& e : engine_table()) out.push_back(e.kind);
+  return out;
+}
+
+// Engine names of a file (a bench result, the published table) as rows of the table.
+EngineKind engine_of(const std::string& name, const std::string& source, const std::string& field) {
+  const EngineSpec* e = find_engine(name);
+  if (!e) throw InputError(source, field, "unknown engine \"" + name + "\" (engines: " + engine_list() + ")");
+  return e->kind;
+}
+
+std::vector<SimResult> simulate(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<EngineKind>& engines,
                                 int64_t bucket) {
   std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
   Simulator sim(*s.model, *s.trainer, *s.inference, plans, cluster);
   std::vector<SimResult> out;
-  for (const auto& name : engines) {
-    EngineKind k;
-    if (!parse_engine(name, &k)) throw InputError("--engine", name, "expected broadcast, v1, v2 or v3");
-    out.push_back(sim.run(k, bucket));
-  }
+  for (EngineKind k : engines) out.push_back(sim.run(k, bucket));
   return out;
 }
 
@@ -93,8 +102,12 @@ void run_simulate(const SimulateOptions& o) {
     lo.replicas = int(cfg.get_int("replicas"));
     ResolvedSetup s = resolve_setup(lo);
     if (!m.contains("engines") || !m["engines"].is_array()) top.fail("engines", "expected the bench's engine list");
-    std::vector<std::string> engines;
-    for (const auto& e : m["engines"]) engines.push_back(e.at("engine").get<std::string>());
+    std::vector<EngineKind> engines;
+    for (const auto& e : m["engines"]) {
+      if (!e.is_object() || !e.contains("engine") || !e["engine"].is_string())
+        top.fail("engines", "expected objects with an engine name");
+      engines.push_back(engine_of(e["engine"].get<std::string>(), o.compare, "engines[].engine"));
+    }
     auto rs = simulate(s, cluster, engines, cfg.get_int_or("bucket_bytes", o.bucket_bytes, 1));
     print_results(s, cluster, rs);
     Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}});
@@ -111,7 +124,7 @@ void run_simulate(const SimulateOptions& o) {
     cmp.print(std::cout);
   } else if (!o.reproduce) {
     ResolvedSetup s = resolve_setup(o.setup);
-    auto rs = simulate(s, cluster, o.engines, o.bucket_bytes);
+    auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes);
     print_results(s, cluster, rs);
     for (const auto& r : rs) j["results"].push_back(to_json(r));
   } else {
@@ -121,10 +134,8 @@ void run_simulate(const SimulateOptions& o) {
       ModelLayoutOptions lo;
       lo.layout = layout;
       ResolvedSetup s = resolve_setup(lo);
-      std::vector<std::string> engines;
-      for (const auto& p : kPublished)
-        if (std::string(p.layout) == layout) engines.push_back(p.engine);
-      if (std::string(layout) == "kimi-k2-published") engines = {"broadcast", "v1", "v2", "v3"};
+      // Every engine: the published ones are compared, the others predicted alongside.
+      std::vector<EngineKind> engines = every_engine();
       auto rs = simulate(s, cluster, engines, o.bucket_bytes);
       print_results(s, cluster, rs);
       std::cout << "\n";
@@ -167,8 +178,7 @@ void setup_simulate_command(CLI::App& app) {
   add_layout_options(sim, &o->setup);
   sim->add_option("--cluster,-c", o->cluster, "Bundled cluster name (configs/clusters) or path to a cluster JSON")
       ->capture_default_str();
-  sim->add_option("--engine,-e", o->engines, "Engines")->delimiter(',')->check(CLI::IsMember({"broadcast", "v1", "v2", "v3"}))
-      ->capture_default_str();
+  add_engine_option(sim, &o->engines, every_engine());
   sim->add_option("--bucket", o->bucket_bytes, "Broadcast bucket")->transform(CLI::AsSizeValue(false))->capture_default_str();
   sim->add_flag("--reproduce", o->reproduce, "Simulate the two published setups and compare with the published numbers");
   sim->add_option("--compare", o->compare, "Predict a measured bench result (its --json file): same model, layouts, engines");

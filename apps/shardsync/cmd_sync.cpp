@@ -1,6 +1,6 @@
 // shardsync sync | bench: mpirun-launched weight sync from trainer ranks to inference
-// ranks. `sync` runs one engine by default; `bench` runs all four on the same weights and
-// prints them side by side with ratios to the broadcast baseline. `join` is a replacement
+// ranks. `sync` runs one engine by default; `bench` runs every row of the engine table on
+// the same weights and prints them side by side with ratios to the broadcast baseline. `join` is a replacement
 // process for a dead inference rank.
 #include "commands.hpp"
 #include "sync_runner.hpp"
@@ -11,13 +11,15 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv) {
   auto sync_opts = std::make_shared<SyncRunOptions>();
   auto* sync = app.add_subcommand(
       "sync", "Run weight syncs under mpirun: ranks 0..T-1 train, the rest serve inference (verified bit-exact)");
-  add_sync_run_options(sync, sync_opts.get(), {"v3"});
+  add_sync_run_options(sync, sync_opts.get(), {EngineKind::kV3});
   sync->callback([sync_opts, argc, argv] { throw SubcommandExit(run_syncs(*sync_opts, argc, argv)); });
 
   auto bench_opts = std::make_shared<SyncRunOptions>();
   auto* bench = app.add_subcommand(
-      "bench", "Compare engines on the same weights in one mpirun launch (default: broadcast,v1,v2,v3)");
-  add_sync_run_options(bench, bench_opts.get(), {"broadcast", "v1", "v2", "v3"});
+      "bench", "Compare engines on the same weights in one mpirun launch (default: every engine, " + engine_list() + ")");
+  std::vector<EngineKind> every;
+  for (const EngineSpec& e : engine_table()) every.push_back(e.kind);
+  add_sync_run_options(bench, bench_opts.get(), every);
   bench->callback([bench_opts, argc, argv] { throw SubcommandExit(run_syncs(*bench_opts, argc, argv)); });
 
   auto join_opts = std::make_shared<JoinOptions>();

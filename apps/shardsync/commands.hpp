@@ -13,6 +13,7 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv);
 void setup_info_command(CLI::App& app);
 void setup_simulate_command(CLI::App& app);
 void setup_report_command(CLI::App& app);
+void setup_engines_command(CLI::App& app);
 
 // Thrown by a subcommand that decides the process exit status itself (MPI commands).
 struct SubcommandExit {

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   shardsync::setup_plan_command(app);
   shardsync::setup_sync_commands(app, argc, argv);
   shardsync::setup_info_command(app);
+  shardsync::setup_engines_command(app);
   shardsync::setup_simulate_command(app);
   shardsync::setup_report_command(app);
   try {

@@ -74,4 +74,23 @@ ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
   return s;
 }
 
+void add_engine_option(CLI::App* app, std::vector<EngineKind>* engines, const std::vector<EngineKind>& defaults) {
+  *engines = defaults;
+  std::string help = "Engines to run, in order (comma list):";
+  for (const EngineSpec& e : engine_table()) help += std::string("\n  ") + e.name + ": " + e.summary;
+  std::string def;
+  for (EngineKind k : defaults) def += (def.empty() ? "" : ",") + std::string(engine_name(k));
+  // A checked transform by name (CLI11's CheckedTransformer would also take the rows'
+  // numbers, and its message lists them): a name becomes its kind, anything else is refused.
+  CLI::Validator by_name(
+      [](std::string& s) -> std::string {
+        const EngineSpec* e = find_engine(s);
+        if (!e) return "unknown engine '" + s + "': expected one of " + engine_list();
+        s = std::to_string(int(e->kind));
+        return "";
+      },
+      "ENGINE");
+  app->add_option("--engine,-e", *engines, help)->delimiter(',')->transform(by_name)->default_str(def);
+}
+
 }  // namespace shardsync

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/engine_table.hpp"
 #include "layout/inference.hpp"
 #include "layout/parse.hpp"
 #include "layout/trainer.hpp"
@@ -28,6 +29,10 @@ void add_model_option(CLI::App* app, std::string* model, const std::string& defa
 // Without --layout, --trainer and --inference, the bundled kDefaultLayout is used.
 inline constexpr const char* kDefaultLayout = "tiny-moe-local";
 void add_layout_options(CLI::App* app, ModelLayoutOptions* opts);
+
+// --engine/-e: a comma list of engine table rows, parsed into kinds (choices and their
+// one-line summaries come from the table).
+void add_engine_option(CLI::App* app, std::vector<EngineKind>* engines, const std::vector<EngineKind>& defaults);
 
 // The model and both placements, resolved and validated.
 struct ResolvedSetup {

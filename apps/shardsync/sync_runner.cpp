@@ -45,15 +45,11 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
                   "replacement process (shardsync join) can take a dead inference rank's place; needs the ucx transport");
 }
 
-void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines) {
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<EngineKind>& default_engines) {
   add_data_path_options(app, o);
-  o->engines = default_engines;
+  add_engine_option(app, &o->engines, default_engines);
   std::string transports;
   for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ", ") + t.name;
-  app->add_option("--engine,-e", o->engines, "Engines to run, in order: broadcast, v1, v2, v3")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"broadcast", "v1", "v2", "v3"}))
-      ->capture_default_str();
   app->add_option("--syncs,-n", o->syncs, "Timed syncs per engine")->check(CLI::Range(1, 1000000))->capture_default_str();
   app->add_option("--warmup,-w", o->warmup, "Warm-up syncs per engine, excluded from averages (the first is cold)")
       ->check(CLI::Range(0, 1000000))
@@ -69,7 +65,8 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<st
   app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app->add_option("--inflight", o->engine.inflight, "V3: gathered weight groups a trainer rank may hold at once")
+  app->add_option("--inflight", o->engine.inflight,
+                  "Pipelined engines (v3, v4): weight groups a trainer rank may work on at once")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app->add_option("--failure-timeout", o->engine.failure_timeout_s,
@@ -228,10 +225,6 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                        "the layouts need " + std::to_string(need) + " ranks: trainer " + s.trainer->layout().describe() +
                            " = " + std::to_string(s.trainer->world_size()) + ", inference " +
                            s.inference->layout().describe() + " = " + std::to_string(s.inference->world_size()));
-    for (const auto& name : o.engines) {
-      EngineKind k;
-      if (!parse_engine(name, &k)) throw InputError("--engine", name, "expected broadcast, v1, v2 or v3");
-    }
     if (o.memory == "cuda") {
       if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
       if (cuda_device_count() == 0) throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
@@ -297,7 +290,7 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
                 << ", collectives " << engines.collectives_description()
                 << "\n# send buffer " << fmt_human_bytes(engine_opts.send_buffer_bytes) << ", receive buffer "
                 << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk " << fmt_human_bytes(o.engine.effective_chunk_bytes())
-                << ", v3 inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
+                << ", inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
       // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
       auto mca_is = [](const char* name, const char* want) {
         const char* v = std::getenv(name);
@@ -319,9 +312,8 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
     std::string failure;
     nlohmann::json events = nlohmann::json::array();  // rank 0: failures and rejoins, in order
     std::vector<int> was_down;
-    for (const auto& name : o.engines) {
-      EngineKind kind;
-      parse_engine(name, &kind);
+    for (EngineKind kind : o.engines) {
+      const std::string name = engine_name(kind);
       EngineRun run;
       run.engine = name;
       run.warmup = o.warmup;

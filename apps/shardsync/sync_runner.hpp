@@ -12,7 +12,7 @@ namespace shardsync {
 
 struct SyncRunOptions {
   ModelLayoutOptions setup;
-  std::vector<std::string> engines;
+  std::vector<EngineKind> engines;
   int syncs = 3;
   int warmup = 1;
   SyncOptions engine;
@@ -28,7 +28,7 @@ struct SyncRunOptions {
 // The options a replacement process shares with the job: model, layouts, memory, plans,
 // buffers, verification, output, rendezvous.
 void add_data_path_options(CLI::App* app, SyncRunOptions* o);
-void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<std::string>& default_engines);
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<EngineKind>& default_engines);
 // A progress line on stderr in one write: piecewise writes to the unbuffered stream
 // interleave with stdout when mpirun forwards both.
 void progress_line(const std::string& line);

@@ -61,8 +61,9 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   }
   const double t0 = now_s();
 
-  // Metadata: V1 asks for every tensor every sync; V2/V3 send it once and the trainer caches it.
-  if (e == EngineKind::kV1 || !requests_sent[int(e)]) {
+  // Metadata: sent every sync, or once where the row caches requests on the trainer.
+  const EngineSpec& spec = engine_spec(e);
+  if (!spec.cache_requests || !requests_sent[int(e)]) {
     for (size_t u = 0; u < sched.units.size(); ++u)
       for (const auto& [t, pulls] : sched.pulls.pulls[u]) {
         CtrlMsg r;
@@ -76,7 +77,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     requests_sent[int(e)] = true;
   }
 
-  const bool background = e == EngineKind::kV3;
+  const bool background = spec.background_process;
   StagingMeter meter;
   meter.add(landing.size());
   RangeAllocator arena(landing.size());

@@ -1,5 +1,6 @@
-// Weight sync engines: producer (trainer) and consumer (inference) sides of the broadcast
-// baseline and the sharded pull engines V1, V2, V3 of the seed design.
+// Weight sync engines: the rank-level API over the rows of the engine table
+// (engine_table.hpp): the broadcast baseline, the sharded pull engines V1, V2, V3 of the
+// seed design, and V4 (direct pulls from the trainer shards).
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_table.hpp"
+#include "engine/stats.hpp"
 #include "layout/inference.hpp"
 #include "layout/trainer.hpp"
 #include "plan/plan.hpp"
@@ -20,11 +23,6 @@ namespace shardsync {
 // Whether idle polling may sleep (set when a node runs more ranks than it has cores).
 void set_idle_sleep_allowed(bool allowed);
 bool idle_sleep_allowed();
-
-enum class EngineKind : uint8_t { kBroadcast = 0, kV1 = 1, kV2 = 2, kV3 = 3 };
-const char* engine_name(EngineKind k);
-bool parse_engine(const std::string& s, EngineKind* out);
-SourcePolicy source_policy(EngineKind k);
 
 struct SyncOptions {
   std::string transport;                // "ucx", "mpi", "cuda_ipc"
@@ -72,44 +70,6 @@ struct World {
   static World create(MPI_Comm comm, const TrainerPlacement& trainer, const InferencePlacement& inference);
   // A replacement process for inference world rank `rank`: no MPI communicators.
   static World replacement(int rank, const TrainerPlacement& trainer, const InferencePlacement& inference);
-};
-
-// What one rank did in one sync. Times are busy seconds in each phase (phases overlap in
-// V3, so they need not sum to the total).
-struct RankStats {
-  int32_t rank = 0;
-  int32_t trainer = 0;
-  double total_s = 0;      // START (consumer) or trainer barrier, to weights live / units released
-  double gather_s = 0;
-  double pack_s = 0;
-  double transfer_s = 0;   // consumer: get posted -> landed, summed; broadcast: time in MPI_Bcast
-  double wait_s = 0;       // idle waiting for data or buffer space
-  double process_s = 0;    // unpack into the layerwise buffer + process + copy into live weights
-  double verify_s = 0;
-  int64_t bytes_in = 0;    // bytes this rank received (gets or broadcast)
-  int64_t bytes_out = 0;   // bytes peers pulled from this rank
-  int64_t messages = 0;    // control messages sent
-  int64_t gets = 0;
-  int64_t chunks_packed = 0;       // trainer: chunks packed into the send buffer
-  int64_t pack_launches = 0;       // trainer: copy launches they took (a round of chunks is one)
-  int64_t pack_copies = 0;         // trainer: copy jobs in them (pieces of chunks)
-  int64_t pack_copies_together = 0;  // of those, run row by row together (CPU; 0 on GPUs)
-  int64_t peak_staging_bytes = 0;  // gathered slabs + send/recv/bucket + layerwise buffers
-  int64_t mismatches = 0;
-  int32_t bad_param = -1;          // engine parameter of the first mismatch
-  int64_t bad_index = -1;          // its element index
-  int32_t reported = 1;            // 0: no report (dead or stood down)
-  int32_t stood_down = 0;          // consumer: its replica was taken down before this sync
-  int32_t peers_lost = 0;          // trainer: consumers it declared dead in this sync
-  int32_t replica = -1;            // consumer's replica
-  int32_t skipped = 0;             // the sync did not run (a broadcast after a rank failed)
-};
-
-// A replacement process took a dead rank's place (rank 0's record).
-struct RejoinEvent {
-  int rank = -1, replica = -1;
-  uint64_t version = 0;  // the first weights version it received
-  bool replica_up = false;  // its replica came back up with it
 };
 
 class Engines {

@@ -15,33 +15,6 @@ std::atomic<bool> g_idle_sleep{true};
 void set_idle_sleep_allowed(bool allowed) { g_idle_sleep = allowed; }
 bool idle_sleep_allowed() { return g_idle_sleep; }
 
-const char* engine_name(EngineKind k) {
-  switch (k) {
-    case EngineKind::kBroadcast: return "broadcast";
-    case EngineKind::kV1: return "v1";
-    case EngineKind::kV2: return "v2";
-    case EngineKind::kV3: return "v3";
-  }
-  return "?";
-}
-
-bool parse_engine(const std::string& s, EngineKind* out) {
-  for (EngineKind k : {EngineKind::kBroadcast, EngineKind::kV1, EngineKind::kV2, EngineKind::kV3})
-    if (s == engine_name(k)) {
-      *out = k;
-      return true;
-    }
-  return false;
-}
-
-SourcePolicy source_policy(EngineKind k) {
-  switch (k) {
-    case EngineKind::kBroadcast: return SourcePolicy::kRootOnly;
-    case EngineKind::kV1: return SourcePolicy::kEverywhere;
-    default: return SourcePolicy::kStageLocal;
-  }
-}
-
 int64_t SyncOptions::effective_chunk_bytes() const {
   return std::max<int64_t>(16, std::min({chunk_bytes, send_buffer_bytes / 2, recv_buffer_bytes / 2}) & ~int64_t(15));
 }
@@ -285,10 +258,10 @@ const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
   auto it = producer_schedules.find(int(e));
   if (it != producer_schedules.end()) return it->second;
   ProducerSchedule s;
-  s.units = make_units(model, e, opt.bucket_bytes);
+  s.units = make_units(model, engine_spec(e).unit, opt.bucket_bytes);
   s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
   s.expected.assign(s.units.size(), std::vector<std::vector<ChunkPiece>>(plans.size()));
-  if (e != EngineKind::kBroadcast) {
+  if (engine_spec(e).delivery == Delivery::kPull) {
     const Routes& r = routes_for(source_policy(e));
     for (const RankPlan& p : plans)
       for (const Pull& pull : r.pulls[size_t(p.local_rank)]) {
@@ -305,9 +278,9 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
   auto it = consumer_schedules.find(int(e));
   if (it != consumer_schedules.end()) return it->second;
   ConsumerSchedule s;
-  s.units = make_units(model, e, opt.bucket_bytes);
+  s.units = make_units(model, engine_spec(e).unit, opt.bucket_bytes);
   s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
-  if (e != EngineKind::kBroadcast) {
+  if (engine_spec(e).delivery == Delivery::kPull) {
     const Routes& r = routes_for(source_policy(e));
     s.pulls = make_rank_schedule(s.units, s.unit_of_hf, *plan, r.pulls[size_t(world.local_rank)]);
     s.chunks.resize(s.units.size());
@@ -396,7 +369,8 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
     // Replacements for dead ranks come in at the boundary (rank 0 decides).
     m.accept_joins(version);
     // A broadcast is a collective over every rank: once one has died, it cannot run.
-    int skip = m.world.rank == 0 && engine == EngineKind::kBroadcast && m.failures;
+    const bool broadcast = engine_spec(engine).delivery == Delivery::kBroadcast;
+    int skip = m.world.rank == 0 && broadcast && m.failures;
     MPI_CHECK(MPI_Bcast(&skip, 1, MPI_INT, 0, m.world.trainers));
     // Every trainer starts with rank 0's view of which consumers are down (also a barrier).
     MPI_CHECK(MPI_Bcast(m.down.data(), int(m.down.size()), MPI_BYTE, 0, m.world.trainers));
@@ -437,8 +411,7 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
       st.skipped = 1;
       return st;
     }
-    return engine == EngineKind::kBroadcast ? m.run_broadcast_trainer(sync_index, version)
-                                            : m.run_producer(engine, sync_index, version);
+    return broadcast ? m.run_broadcast_trainer(sync_index, version) : m.run_producer(engine, sync_index, version);
   }
   if (m.stood_down) {
     // Down: wait for the START of this sync or a later one (the replica is back up, a
@@ -453,8 +426,8 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
       return st;
     }
   }
-  RankStats st = engine == EngineKind::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
-                                                  : m.run_consumer(engine, sync_index, version);
+  RankStats st = engine_spec(engine).delivery == Delivery::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
+                                                                       : m.run_consumer(engine, sync_index, version);
   st.replica = m.world.replica;
   return st;
 }

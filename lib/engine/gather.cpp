@@ -80,6 +80,10 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
   const TrainerPlacement& tr = *ctx_.trainer;
   const ParamMeta& p = ctx_.model->param(hf);
   const int64_t eb = dtype_bytes(p.dtype);
+  if (policy == SourcePolicy::kDirect) {  // no gather: pulls read this rank's own shard
+    if (const TrainerShards::Shard* s = ctx_.shards->find(hf)) slabs_[hf] = SlabRef{s->data.data(), 0, s->box.numel()};
+    return;
+  }
   // This rank's slab after the gather, if any.
   int64_t lo = 0, hi = 0;
   bool have = false;

@@ -1,6 +1,6 @@
 // The trainer-side gather of one unit under a source policy: all-gather over every trainer
-// rank (V1), TP/ETP all-gather within the PP stage (V2, V3), or gather to rank 0
-// (broadcast). Non-blocking: post, then test() until complete, so V3 overlaps the gather
+// rank (V1), TP/ETP all-gather within the PP stage (V2, V3), gather to rank 0 (broadcast),
+// or none (V4: the rank's own shards are the slabs). Non-blocking: post, then test() until complete, so V3 overlaps the gather
 // of the next weight group with the pulls of the current one.
 #pragma once
 

@@ -56,8 +56,9 @@ RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t ver
   const double t0 = now_s();
   const ProducerSchedule& sched = producer_schedule(e);
   const SourcePolicy policy = source_policy(e);
-  const bool per_sync_requests = e == EngineKind::kV1;
-  const int inflight = e == EngineKind::kV3 ? std::max(1, opt.inflight) : 1;
+  const EngineSpec& spec = engine_spec(e);
+  const bool per_sync_requests = !spec.cache_requests;
+  const int inflight = spec.depth > 0 ? spec.depth : std::max(1, opt.inflight);
   const int num_units = int(sched.units.size());
   const int num_locals = int(plans.size());
   auto& cache = request_cache[int(e)];

@@ -251,7 +251,7 @@ bool Engines::serve_next(double timeout_s, RankStats* out, EngineKind* engine, u
   }
   if (!m.armed) m.arm();  // taken back: from now on an ordinary consumer
   const CtrlMsg& s = *m.pending_start;
-  if (s.b < int(EngineKind::kBroadcast) || s.b > int(EngineKind::kV3)) throw Error("START names no engine");
+  if (s.b < 0 || size_t(s.b) >= engine_table().size()) throw Error("START names no engine");
   *engine = EngineKind(s.b);
   *version = uint64_t(s.x);
   if (s.c == 1) {  // a broadcast after a failure: skipped by everyone
@@ -262,7 +262,8 @@ bool Engines::serve_next(double timeout_s, RankStats* out, EngineKind* engine, u
     out->reported = 0;
     return true;
   }
-  if (*engine == EngineKind::kBroadcast) throw Error("a replacement cannot take part in a broadcast (MPI collective)");
+  if (engine_spec(*engine).delivery == Delivery::kBroadcast)
+    throw Error("a replacement cannot take part in a broadcast (MPI collective)");
   *out = m.run_consumer(*engine, s.a, uint64_t(s.x));
   out->replica = m.world.replica;
   collect(*out);  // the report to rank 0

@@ -7,15 +7,14 @@
 
 namespace shardsync {
 
-std::vector<Unit> make_units(const ModelSpec& model, EngineKind engine, int64_t bucket_bytes) {
+std::vector<Unit> make_units(const ModelSpec& model, UnitKind kind, int64_t bucket_bytes) {
   std::vector<Unit> units;
   const auto& params = model.params();
-  switch (engine) {
-    case EngineKind::kV1:
-    case EngineKind::kV2:
+  switch (kind) {
+    case UnitKind::kTensor:
       for (int32_t i = 0; i < int32_t(params.size()); ++i) units.push_back(Unit{{i}, params[size_t(i)].bytes()});
       break;
-    case EngineKind::kV3:
+    case UnitKind::kWeightGroup:
       for (const WeightGroup& g : model.groups()) {
         Unit u;
         for (int32_t i = g.first_param; i < g.first_param + g.num_params; ++i) u.tensors.push_back(i);
@@ -23,7 +22,7 @@ std::vector<Unit> make_units(const ModelSpec& model, EngineKind engine, int64_t 
         if (!u.tensors.empty()) units.push_back(std::move(u));
       }
       break;
-    case EngineKind::kBroadcast: {
+    case UnitKind::kBucket: {
       Unit u;
       for (int32_t i = 0; i < int32_t(params.size()); ++i) {
         int64_t b = params[size_t(i)].bytes();

@@ -9,13 +9,12 @@
 
 namespace shardsync {
 
-// Tensors gathered, transferred and released together: one HF tensor (V1, V2), one
-// weight group (V3), one bucket (broadcast).
+// Tensors gathered, transferred and released together (the engine row's UnitKind).
 struct Unit {
   std::vector<int32_t> tensors;
   int64_t bytes = 0;
 };
-std::vector<Unit> make_units(const ModelSpec& model, EngineKind engine, int64_t bucket_bytes);
+std::vector<Unit> make_units(const ModelSpec& model, UnitKind kind, int64_t bucket_bytes);
 
 // One pulled piece inside a packed chunk.
 struct ChunkPiece {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "plan/box_copy.hpp"
 
 namespace shardsync {
 
@@ -10,6 +11,7 @@ std::vector<Slab> source_slabs(const TrainerPlacement& trainer, int32_t hf_param
   const ParamMeta& p = trainer.model().param(hf_param);
   const int64_t n = p.numel();
   std::vector<Slab> out;
+  if (policy == SourcePolicy::kDirect) throw Error("source_slabs: direct pulls read trainer shards, not slabs");
   if (policy == SourcePolicy::kRootOnly) return {Slab{0, 0, n}};
   if (policy == SourcePolicy::kEverywhere) {
     for (int r = 0; r < trainer.world_size(); ++r) out.push_back({r, 0, n});
@@ -141,6 +143,115 @@ class Router {
   const std::vector<Slab>* slabs_ = nullptr;
 };
 
+// V4: each piece from a trainer shard holding it, its source re-based into that shard.
+class DirectRouter {
+ public:
+  DirectRouter(Routes& routes, int replicas) : routes_(routes), replicas_(replicas) {}
+
+  void route(int local_rank, int32_t entry, const ParamMeta& p, const CopyDesc& d,
+             const std::vector<TrainerPlacement::Piece>& pieces) {
+    local_rank_ = local_rank;
+    entry_ = entry;
+    pieces_ = &pieces;
+    eb_ = dtype_bytes(p.dtype);
+    for (const CoordCopy& c : to_coords(d, p.shape)) assign(c);
+  }
+
+ private:
+  static bool inside(const Box& in, const Box& box) {
+    for (size_t k = 0; k < in.start.size(); ++k)
+      if (in.start[k] < box.start[k] || in.start[k] + in.length[k] > box.start[k] + box.length[k]) return false;
+    return true;
+  }
+
+  // The piece whose box holds `b` (boxes of one replica do not overlap).
+  const TrainerPlacement::Piece* holder(const Box& b) const {
+    for (const auto& piece : *pieces_)
+      if (inside(b, piece.box)) return &piece;
+    return nullptr;
+  }
+
+  void emit(const CoordCopy& c, const TrainerPlacement::Piece& piece) {
+    int best = piece.ranks.front();
+    for (int r : piece.ranks)
+      if (routes_.served_bytes[size_t(r)] < routes_.served_bytes[size_t(best)]) best = r;
+    routes_.pulls[size_t(local_rank_)].push_back(Pull{entry_, best, 0, rebase_into(c, piece.box)});
+    routes_.served_bytes[size_t(best)] += c.flat.numel * eb_ * replicas_;
+    routes_.served_pulls[size_t(best)] += replicas_;
+  }
+
+  // Where no two loops step along the same tensor dimension, the part of the copy inside a
+  // box is one interval of each loop: cut it out for every shard it meets.
+  bool cut_separable(const CoordCopy& c) {
+    const size_t nd = c.base.size(), nl = c.flat.dims.size();
+    for (size_t k = 0; k < nd; ++k) {
+      int loops = 0;
+      for (size_t m = 0; m < nl; ++m) loops += c.flat.dims[m].size > 1 && c.steps[m][k] != 0;
+      if (loops > 1) return false;
+    }
+    for (const auto& piece : *pieces_) {
+      std::vector<int64_t> from(nl, 0), to(nl);
+      for (size_t m = 0; m < nl; ++m) to[m] = c.flat.dims[m].size;
+      bool meets = true;
+      for (size_t k = 0; k < nd && meets; ++k) {
+        const int64_t lo = piece.box.start[k], hi = lo + piece.box.length[k];
+        size_t m = 0;
+        while (m < nl && !(c.flat.dims[m].size > 1 && c.steps[m][k] != 0)) ++m;
+        if (m == nl) {  // no loop moves along k: the base decides
+          meets = c.base[k] >= lo && c.base[k] < hi;
+          continue;
+        }
+        const int64_t a = c.steps[m][k], b = c.base[k];
+        auto ceil_div = [](int64_t x, int64_t y) { return x >= 0 ? (x + y - 1) / y : -((-x) / y); };
+        from[m] = std::max(from[m], ceil_div(lo - b, a));
+        to[m] = std::min(to[m], ceil_div(hi - b, a));
+        meets = from[m] < to[m];
+      }
+      if (!meets) continue;
+      CoordCopy part = c;
+      for (size_t m = nl; m-- > 0;)  // inner first: dropping a loop leaves outer indices alone
+        if (from[m] != 0 || to[m] != c.flat.dims[m].size) part = part.slice(m, from[m], to[m] - from[m]);
+      emit(part, piece);
+    }
+    return true;
+  }
+
+  void assign(const CoordCopy& c) {
+    if (const auto* piece = holder(c.bounds())) {
+      emit(c, *piece);
+      return;
+    }
+    if (cut_separable(c)) return;
+    // Loops share a dimension (a head permutation): cut the outermost loop into runs of
+    // iterations with one holder.
+    size_t m = 0;
+    while (m < c.flat.dims.size() && c.flat.dims[m].size <= 1) ++m;
+    if (m == c.flat.dims.size()) throw Error("routes: no trainer shard holds an element of an HF tensor");
+    const int64_t n = c.flat.dims[m].size;
+    int64_t i = 0;
+    while (i < n) {
+      CoordCopy one = c.slice(m, i, 1);
+      const auto* piece = holder(one.bounds());
+      if (!piece) {
+        assign(one);
+        ++i;
+        continue;
+      }
+      int64_t j = i + 1;
+      while (j < n && inside(c.slice(m, j, 1).bounds(), piece->box)) ++j;
+      emit(c.slice(m, i, j - i), *piece);
+      i = j;
+    }
+  }
+
+  Routes& routes_;
+  int replicas_;
+  int64_t eb_ = 1;
+  int local_rank_ = 0;
+  int32_t entry_ = 0;
+  const std::vector<TrainerPlacement::Piece>* pieces_ = nullptr;
+};
+
 }  // namespace
 
 Routes route_plans(const ModelSpec& model, const TrainerPlacement& trainer, const std::vector<RankPlan>& plans,
@@ -163,13 +274,20 @@ Routes route_plans(const ModelSpec& model, const TrainerPlacement& trainer, cons
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.hf < b.hf; });
   int32_t cached_hf = -1;
   std::vector<Slab> slabs;
+  std::vector<TrainerPlacement::Piece> pieces;
   for (const Item& it : items) {
+    const CopyDesc& copy = plans[size_t(it.rank)].entries[size_t(it.entry)].copy;
     if (it.hf != cached_hf) {
-      slabs = source_slabs(trainer, it.hf, policy);
+      if (policy == SourcePolicy::kDirect) pieces = trainer.pieces(it.hf);
+      else slabs = source_slabs(trainer, it.hf, policy);
       cached_hf = it.hf;
     }
-    Router router(routes, replicas, dtype_bytes(model.param(it.hf).dtype));
-    router.route(it.rank, it.entry, plans[size_t(it.rank)].entries[size_t(it.entry)].copy, slabs);
+    if (policy == SourcePolicy::kDirect) {
+      DirectRouter(routes, replicas).route(it.rank, it.entry, model.param(it.hf), copy, pieces);
+    } else {
+      Router router(routes, replicas, dtype_bytes(model.param(it.hf).dtype));
+      router.route(it.rank, it.entry, copy, slabs);
+    }
   }
   for (auto& pulls : routes.pulls)
     std::stable_sort(pulls.begin(), pulls.end(), [](const Pull& a, const Pull& b) { return a.entry < b.entry; });

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/engine.hpp"
+#include "engine/stats.hpp"
 
 namespace shardsync {
 

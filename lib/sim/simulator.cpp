@@ -136,11 +136,13 @@ void Simulator::speed_of_light(SimResult& r, const std::vector<std::vector<Flow>
   r.sol_pp_serial_s = std::max(r.sol_pp_serial_s, r.sol_abs_s);
 }
 
-SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
+SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
+  if (engine.sim == SimModel::kNone)
+    throw Error(std::string("simulate: engine ") + engine.name + " has no schedule model in the simulator");
   SimResult r;
-  r.engine = engine_name(engine);
+  r.engine = engine.name;
   const ClusterSpec& c = cluster_;
-  const SourcePolicy policy = source_policy(engine);
+  const SourcePolicy policy = engine.source;
   std::vector<std::vector<Flow>> f = flows(policy == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : policy);
   const int64_t num_tensors = int64_t(model_.params().size());
   r.tensors = num_tensors;
@@ -161,8 +163,10 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
   int64_t largest_tensor = 0;
   for (const auto& p : model_.params()) largest_tensor = std::max(largest_tensor, p.bytes());
 
-  // The TP (or ETP) gather of a tensor under V2/V3: within one group of the owning stage.
+  // The TP (or ETP) gather of a tensor under V2/V3: within one group of the owning stage;
+  // none for direct pulls.
   auto tp_gather = [&](int32_t t) {
+    if (policy == SourcePolicy::kDirect) return 0.0;
     const ParamMeta& p = model_.param(t);
     auto pieces = trainer_.pieces(t);
     if (pieces.size() <= 1) return 0.0;  // replicated, or a whole expert on its EP rank
@@ -180,7 +184,7 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
     return allgather_time(gpus, bytes, &r.bytes_nvlink, &r.bytes_ib);
   };
 
-  if (engine == EngineKind::kBroadcast) {
+  if (engine.sim == SimModel::kBucketBroadcast) {
     // Per tensor: gather to rank 0 and the per-tensor export/loader cost; per bucket: a
     // broadcast paced by the root's link (NCCL's pipelined broadcast is root-link bound).
     int64_t bucket = 0;
@@ -214,25 +218,22 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
     r.total_s = r.gather_s + r.overhead_s + r.transfer_s + r.process_s;
     r.trainer_peak_bytes = shard_peak + std::min(bucket_bytes, model_.total_bytes()) + largest_tensor;
     r.inference_peak_bytes = live_peak + std::min(bucket_bytes, model_.total_bytes());
-  } else if (engine == EngineKind::kV1 || engine == EngineKind::kV2) {
-    // The per-parameter iterator: one tensor after another. V1 all-gathers every tensor
-    // over every trainer rank and pulls it before the next; V2 gathers within the TP group
-    // of the owning stage only (experts not at all), and its pulls overlap the iterator.
+  } else if (engine.sim == SimModel::kTensorIterator) {
+    // The per-parameter iterator: one tensor after another. A full all-gather (V1) gathers
+    // every tensor over every trainer rank; a stage-local one (V2) within the TP group of
+    // the owning stage only (experts not at all). Requests made every sync (V1) make each
+    // pull wait for its tensor; cached ones (V2) let the pulls overlap the iterator.
+    const bool overlap = engine.cache_requests && c.v2_overlap;
     std::vector<Flow> all;
     for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
       r.overhead_s += c.iterator_tensor_us * 1e-6;
-      if (engine == EngineKind::kV1) {
-        r.gather_s += allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib);
-        r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
-      } else if (!c.v2_overlap) {
-        r.gather_s += tp_gather(t);
-        r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
-      } else {
-        r.gather_s += tp_gather(t);
-        all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
-      }
+      r.gather_s += policy == SourcePolicy::kEverywhere
+                        ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
+                        : tp_gather(t);
+      if (overlap) all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
+      else r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
     }
-    if (engine == EngineKind::kV1 || !c.v2_overlap) {
+    if (!overlap) {
       r.total_s = r.overhead_s + r.gather_s + r.transfer_s;
     } else {
       r.transfer_s = phase_time(all, &r.bytes_nvlink, &r.bytes_ib);
@@ -240,10 +241,10 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
     }
     r.trainer_peak_bytes = shard_peak + largest_tensor;
     r.inference_peak_bytes = live_peak + largest_tensor;
-  } else {
-    // V3: weight groups; per trainer PP stage (one after another when pp_serial), group N+1
-    // is gathered while group N is pulled, and the per-tensor replay of a group overlaps
-    // its transfer; each group then pays the release barrier.
+  } else if (engine.sim == SimModel::kGroupPipeline) {
+    // V3, V4: weight groups; per trainer PP stage (one after another when pp_serial), group
+    // N+1 is gathered (V3; V4 gathers nothing) while group N is pulled, and the per-tensor
+    // replay of a group overlaps its transfer; each group then pays the release barrier.
     const auto& groups = model_.groups();
     r.groups = int64_t(groups.size());
     std::map<int, std::vector<int32_t>> by_stage;
@@ -283,10 +284,13 @@ SimResult Simulator::run(EngineKind engine, int64_t bucket_bytes) const {
       total = c.pp_serial ? total + stage_t : std::max(total, stage_t);
     }
     r.total_s = total;
-    r.trainer_peak_bytes = shard_peak + 2 * largest_group / std::max(1, trainer_.tp() * trainer_.dp());
+    r.trainer_peak_bytes =
+        shard_peak + (policy == SourcePolicy::kDirect ? 0 : 2 * largest_group / std::max(1, trainer_.tp() * trainer_.dp()));
     r.inference_peak_bytes = live_peak + 2 * largest_group / std::max(1, inference_.layout().ranks_per_replica());
+  } else {
+    throw Error(std::string("simulate: engine ") + engine.name + ": unknown schedule model");
   }
-  if (engine != EngineKind::kBroadcast)
+  if (engine.delivery == Delivery::kPull)
     for (const auto& x : f)
       for (const Flow& y : x) r.bytes_moved += y.bytes;
   r.aggregate_gbps = r.total_s > 0 ? double(r.bytes_moved) / r.total_s / 1e9 : 0;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/engine_table.hpp"
 #include "sim/cluster.hpp"
 
 namespace shardsync {
@@ -34,7 +34,11 @@ class Simulator {
  public:
   Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
             const std::vector<RankPlan>& plans, const ClusterSpec& cluster);
-  SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const;
+  // Throws Error naming the row when the table gives it no schedule model.
+  SimResult run(const EngineSpec& engine, int64_t bucket_bytes = int64_t(1) << 30) const;
+  SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const {
+    return run(engine_spec(engine), bucket_bytes);
+  }
   int trainer_nodes() const;
   int inference_nodes() const;
 

@@ -257,9 +257,14 @@ CopyDesc make_copy_desc(const SubView& src, const SubView& dst) {
       }
     }
   }
-  // Coalesce: an outer loop that steps exactly over its inner loop on both sides merges.
+  c.dims = std::move(dims);
+  coalesce(c);
+  return c;
+}
+
+void coalesce(CopyDesc& c) {
   std::vector<CopyDim> merged;
-  for (const auto& d : dims) {
+  for (const auto& d : c.dims) {
     if (d.size == 1) continue;
     if (!merged.empty() && merged.back().src_stride == d.size * d.src_stride &&
         merged.back().dst_stride == d.size * d.dst_stride) {
@@ -271,7 +276,6 @@ CopyDesc make_copy_desc(const SubView& src, const SubView& dst) {
   if (c.numel == 0) merged = {CopyDim{0, 1, 1}};
   else if (merged.empty()) merged = {CopyDim{1, 1, 1}};
   c.dims = std::move(merged);
-  return c;
 }
 
 CopyDesc make_pack_desc(const SubView& src, int64_t dst_offset) {

@@ -74,6 +74,10 @@ struct CopyDesc {
 };
 
 CopyDesc make_copy_desc(const SubView& src, const SubView& dst);
+// Merges an outer loop into its inner one where it steps exactly over it on both sides,
+// and drops loops of one iteration (an empty copy keeps one loop of 0, a single element one
+// of 1).
+void coalesce(CopyDesc& d);
 // Packed destination: the source view written contiguously at dst_offset.
 CopyDesc make_pack_desc(const SubView& src, int64_t dst_offset);
 

@@ -1,6 +1,7 @@
 # Shared by the sbatch scripts: parse --dry-run, find the binary, print the rank map with
 # node placement, record plans offline, then launch (or print the launch line).
-# Expects: LAYOUT, NODES, TASKS_PER_NODE, SYNCS, ENGINES, NAME.
+# Expects: LAYOUT, NODES, TASKS_PER_NODE, SYNCS, NAME, and ENGINES (a comma list; empty:
+# every row of the engine table, `shardsync engines --names`).
 set -euo pipefail
 DRY_RUN=0
 for a in "$@"; do [[ "$a" == "--dry-run" ]] && DRY_RUN=1; done
@@ -9,6 +10,7 @@ SS="${SHARDSYNC_BIN:-$REPO/build/apps/shardsync}"
 RESULTS="${RESULTS:-$REPO/results/slurm/$NAME-${SLURM_JOB_ID:-dryrun}}"
 WORLD=$((NODES * TASKS_PER_NODE))
 [[ -x "$SS" ]] || { echo "error: $SS not found or not executable (build first: make, or set SHARDSYNC_BIN)" >&2; exit 2; }
+[[ -n "${ENGINES:-}" ]] || ENGINES=$("$SS" engines --names | paste -sd, -)
 
 # One rank per GPU, ranks filled node by node: trainer ranks 0..T-1 take the first nodes,
 # inference ranks the following ones (the layout's trainer world is a multiple of 8 here).

@@ -63,8 +63,41 @@ TEST(Sim, BytesAreTheEnginesBytes) {
   Simulator sim(s.model, s.trainer, s.inference, s.plans, c);
   int64_t needed = 0;
   for (int r = 0; r < s.inference.world_size(); ++r) needed += s.inference.needed_bytes(r);
-  for (EngineKind e : {EngineKind::kV1, EngineKind::kV2, EngineKind::kV3}) EXPECT_EQ(sim.run(e).bytes_moved, needed);
+  for (const EngineSpec& e : engine_table())
+    if (e.delivery == Delivery::kPull) {
+      EXPECT_EQ(sim.run(e).bytes_moved, needed) << e.name;
+    }
   EXPECT_EQ(sim.run(EngineKind::kBroadcast).bytes_moved, s.model.total_bytes() * s.inference.world_size());
+}
+
+TEST(Sim, ModelsEveryRowOfTheEngineTable) {
+  // Trainer TP2 against inference TP1: V3 gathers within TP, V4 pulls both shards directly.
+  SimCase s("tiny-qwen3-moe", "tp2,pp2,ep2", "tp1", 2);
+  Simulator sim(s.model, s.trainer, s.inference, s.plans, load_cluster("h100-ib400"));
+  for (const EngineSpec& e : engine_table()) {
+    ASSERT_NE(e.sim, SimModel::kNone) << e.name << " has no schedule model";
+    SimResult r = sim.run(e);
+    EXPECT_EQ(r.engine, e.name);
+    EXPECT_GT(r.total_s, 0) << e.name;
+    EXPECT_EQ(r.gather_s == 0, e.source == SourcePolicy::kDirect) << e.name;
+  }
+  SimResult v3 = sim.run(EngineKind::kV3), v4 = sim.run(EngineKind::kV4);
+  EXPECT_LT(v4.trainer_peak_bytes, v3.trainer_peak_bytes);
+  EXPECT_LT(v4.total_s, v3.total_s);
+}
+
+TEST(Sim, RefusesAnEngineItCannotModelByName) {
+  SimCase s("tiny-qwen3", "tp2", "tp1", 1);
+  Simulator sim(s.model, s.trainer, s.inference, s.plans, load_cluster("h100-ib400"));
+  EngineSpec unmodelled = engine_spec(EngineKind::kV3);
+  unmodelled.name = "v9-unmodelled";
+  unmodelled.sim = SimModel::kNone;
+  try {
+    sim.run(unmodelled);
+    FAIL() << "an engine row without a schedule model was simulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("engine v9-unmodelled has no schedule model"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sim, SharedLinksSlowTransfersDown) {
