@@ -13,7 +13,7 @@
 #include "common/error.hpp"
 #include "engine/device.hpp"
 #include "engine/synth_hash.hpp"
-#include "common/cuda_check.hpp"
+#include "common/check.hpp"
 #include "strided.cuh"
 
 namespace shardsync {

@@ -4,16 +4,11 @@
 #include <nccl.h>
 
 #include "engine/collectives.hpp"
-#include "common/cuda_check.hpp"
+#include <cuda_runtime.h>
+
+#include "common/check.hpp"
 #include "transport/transport.hpp"
 
-#define NCCL_CHECK(call)                                                                                   \
-  do {                                                                                                     \
-    ncclResult_t nccl_check_r_ = (call);                                                                   \
-    if (nccl_check_r_ != ncclSuccess)                                                                      \
-      throw ::shardsync::Error(::shardsync::where_am_i() + " " + __FILE__ + ":" + std::to_string(__LINE__) + \
-                               " " #call " -> " + ncclGetErrorString(nccl_check_r_));                     \
-  } while (0)
 
 namespace shardsync {
 

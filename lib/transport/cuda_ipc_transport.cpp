@@ -7,7 +7,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "common/cuda_check.hpp"
+#include "common/check.hpp"
 #include "transport/mpi_transport.hpp"
 
 namespace shardsync {

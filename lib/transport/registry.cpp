@@ -49,20 +49,4 @@ std::unique_ptr<Transport> make_transport(const std::string& name) {
   throw InputError("--transport", name, "not available in this build (available: " + names + ")");
 }
 
-std::string where_am_i() {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  int rank = -1, init = 0;
-  MPI_Initialized(&init);
-  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return std::string(host) + ":" + std::to_string(rank);
-}
-
-void throw_mpi_error(int code, const char* call, const char* file, int line) {
-  char msg[MPI_MAX_ERROR_STRING];
-  int n = 0;
-  MPI_Error_string(code, msg, &n);
-  throw Error(where_am_i() + " " + file + ":" + std::to_string(line) + " " + call + " -> " + std::string(msg, size_t(n)));
-}
-
 }  // namespace shardsync

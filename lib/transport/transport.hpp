@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/check.hpp"
+
 namespace shardsync {
 
 enum class MemKind : uint8_t { kHost = 0, kCuda = 1 };
@@ -133,16 +135,5 @@ std::unique_ptr<Transport> make_transport(const std::string& name);
 std::string host_name(int world_rank);
 std::string default_transport_name();  // the first of the registry (host memory)
 
-// Check macro for MPI calls: throws with host, rank, file:line, call and MPI's message.
-[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
-#define MPI_CHECK(call)                                                    \
-  do {                                                                     \
-    int mpi_check_rc_ = (call);                                            \
-    if (mpi_check_rc_ != MPI_SUCCESS)                                      \
-      ::shardsync::throw_mpi_error(mpi_check_rc_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-// "host:rank" for error messages.
-std::string where_am_i();
 
 }  // namespace shardsync

@@ -18,14 +18,6 @@ namespace {
 constexpr uint64_t kCtrlTagHigh = uint64_t(0x5353u) << 32;
 constexpr uint64_t kCtrlTagMask = 0xffffffff00000000ULL;
 
-[[noreturn]] void throw_ucs(ucs_status_t st, const char* call, const char* file, int line) {
-  throw Error(where_am_i() + " " + file + ":" + std::to_string(line) + " " + call + " -> " + ucs_status_string(st));
-}
-#define UCS_CHECK(call)                                                          \
-  do {                                                                           \
-    ucs_status_t ucs_check_st_ = (call);                                         \
-    if (ucs_check_st_ != UCS_OK) throw_ucs(ucs_check_st_, #call, __FILE__, __LINE__); \
-  } while (0)
 
 // Waits for a request with progress; returns its final status.
 ucs_status_t wait_request(ucp_worker_h worker, void* req) {
@@ -259,7 +251,7 @@ void UcxTransport::send_to_contact(const std::vector<uint8_t>& c, const CtrlMsg&
       wait_request(worker_, ucp_tag_send_nbx(peers_[size_t(slot)].ep, bytes.data(), bytes.size(), kCtrlTagHigh | uint32_t(rank_), &param));
   close_peer(slot);
   peers_.pop_back();
-  if (st != UCS_OK) throw_ucs(st, "ucp_tag_send_nbx (to a replacement)", __FILE__, __LINE__);
+  if (st != UCS_OK) throw_call_error(ucs_status_string(st), "ucp_tag_send_nbx (to a replacement)", __FILE__, __LINE__);
 }
 
 void UcxTransport::forget_peer(int peer) {
@@ -284,7 +276,7 @@ Transport::GetId UcxTransport::get(int peer, size_t remote_offset, size_t local_
       failed_.insert(peer);
       check_peer(peer);
     }
-    throw_ucs(st, "ucp_get_nbx", __FILE__, __LINE__);
+    throw_call_error(ucs_status_string(st), "ucp_get_nbx", __FILE__, __LINE__);
   }
   GetId id = next_id_++;
   gets_.emplace(id, std::make_pair(req, peer));
@@ -343,7 +335,7 @@ bool UcxTransport::poll(CtrlMsg* msg) {
   ucp_request_param_t param{};
   void* req = ucp_tag_msg_recv_nbx(worker_, buf.data(), buf.size(), m, &param);
   ucs_status_t st = wait_request(worker_, req);
-  if (st != UCS_OK) throw_ucs(st, "ucp_tag_msg_recv_nbx", __FILE__, __LINE__);
+  if (st != UCS_OK) throw_call_error(ucs_status_string(st), "ucp_tag_msg_recv_nbx", __FILE__, __LINE__);
   *msg = decode(buf.data(), buf.size(), int(info.sender_tag & 0xffffffffu));
   return true;
 }
