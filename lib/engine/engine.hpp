@@ -115,8 +115,11 @@ class Engines {
   std::string collectives_description() const;
   const RankPlan* my_plan() const;
 
- private:
+  // The engines' state (internal.hpp), opaque here; public so that the engines' own files
+  // (the producer's and consumer's classes) can name it.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

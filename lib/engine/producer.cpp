@@ -47,338 +47,394 @@ struct Liveness {
   std::map<int, int> owed;
 };
 
-}  // namespace
+// One sync of a sharded engine on a trainer rank, in named steps: receive() takes requests
+// and DONEs, drop_silent() declares consumers dead, start_gathers() keeps the engine's depth
+// of units in flight, advance() moves each unit through gather -> pack rounds -> READY ->
+// release.
+class Producer {
+ public:
+  Producer(Engines::Impl& m, EngineKind e, uint64_t version)
+      : m_(m), spec_(engine_spec(e)), sched_(m.producer_schedule(e)), version_(version),
+        per_sync_requests_(!spec_.cache_requests),
+        inflight_(spec_.depth > 0 ? spec_.depth : std::max(1, m.opt.inflight)),
+        num_units_(int(sched_.units.size())), num_locals_(int(m.plans.size())), cache_(m.request_cache[int(e)]),
+        early_requests_(size_t(num_units_), std::vector<std::set<int>>(size_t(num_locals_))),
+        arena_(m.send_buffer.size()), gctx_(m.gather_context()) {
+    st_.rank = m.world.rank;
+    st_.trainer = 1;
+    if (cache_.empty() || per_sync_requests_)
+      cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
+    meter_.add(m.send_buffer.size());
+  }
 
-RankStats Engines::Impl::run_producer(EngineKind e, int sync_index, uint64_t version) {
-  RankStats st;
-  st.rank = world.rank;
-  st.trainer = 1;
-  const double t0 = now_s();
-  const ProducerSchedule& sched = producer_schedule(e);
-  const SourcePolicy policy = source_policy(e);
-  const EngineSpec& spec = engine_spec(e);
-  const bool per_sync_requests = !spec.cache_requests;
-  const int inflight = spec.depth > 0 ? spec.depth : std::max(1, opt.inflight);
-  const int num_units = int(sched.units.size());
-  const int num_locals = int(plans.size());
-  auto& cache = request_cache[int(e)];
-  if (cache.empty() || per_sync_requests)
-    cache.assign(size_t(num_units), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals)));
-  std::vector<std::vector<std::set<int>>> early_requests(static_cast<size_t>(num_units),
-                                                         std::vector<std::set<int>>(static_cast<size_t>(num_locals)));
-
-  StagingMeter meter;
-  meter.add(send_buffer.size());
-  RangeAllocator arena(send_buffer.size());
-  GatherContext gctx = gather_context();
-  std::map<int32_t, std::unique_ptr<UnitWork>> active;
-  int next_gather = 0, released = 0;
-  IdleBackoff backoff;
-  Liveness peers;
-  auto release_chunk = [&](UnitWork& w, PackedChunk& pc) {
-    if (!pc.released && pc.waiting.empty()) {
-      arena.release(pc.offset, pc.bytes);
-      pc.released = true;
+  RankStats run() {
+    const double t0 = now_s();
+    double next_check = now_s() + 0.1;
+    while (released_ < num_units_) {
+      bool progressed = receive();
+      if (now_s() > next_check) {
+        next_check = now_s() + 0.1;
+        drop_silent();
+      }
+      m_.transport->progress();
+      start_gathers();
+      progressed |= advance();
+      pace(progressed);
     }
-    (void)w;
-  };
-  // A consumer silent past the failure timeout while it owes DONEs is dead: stop waiting for
-  // it everywhere (its replica goes down at the sync boundary).
-  auto drop_consumer = [&](int c) {
-    declare_dead(c);
-    ++st.peers_lost;
-    peers.owed.erase(c);
-    for (auto& [u, w] : active)
+    // A consumer that died after its last DONE may still hold undelivered messages.
+    for (int c : m_.transport->flush_sends_within(m_.opt.failure_timeout_s))
+      if (c >= m_.world.num_trainers && !m_.dead[size_t(c)]) {
+        m_.declare_dead(c);
+        ++st_.peers_lost;
+      }
+    m_.device->synchronize();
+    st_.total_s = now_s() - t0;
+    st_.peak_staging_bytes = meter_.peak();
+    return st_;
+  }
+
+ private:
+  // ---- messages --------------------------------------------------------------------------
+
+  bool receive() {
+    bool any = false;
+    CtrlMsg msg;
+    try {
+      while (m_.transport->poll(&msg)) {
+        handle(msg);
+        any = true;
+      }
+    } catch (const PeerFailure& failure) {
+      drop_consumer(failure.peer());
+      any = true;
+    }
+    return any;
+  }
+
+  void handle(const CtrlMsg& msg) {
+    if (msg.from >= 0) peers_.last_heard[msg.from] = now_s();
+    if (msg.type == kMsgRequest) {
+      take_request(msg);
+    } else if (msg.type == kMsgDone) {
+      take_done(msg);
+    } else if (msg.type == kMsgReport && m_.world.rank == 0) {
+      m_.early_reports.push_back(msg);  // a consumer finished before this rank did
+    } else if (msg.type == kMsgJoin && m_.world.rank == 0) {
+      m_.absorb_join(CtrlMsg(msg));  // taken (or not) at the next sync boundary
+    } else {
+      throw Error("producer: unexpected message type " + std::to_string(msg.type) + " from rank " +
+                  std::to_string(msg.from));
+    }
+  }
+
+  void take_request(const CtrlMsg& msg) {
+    if (msg.a < 0 || msg.a >= num_units_ || msg.b < 0 || msg.b >= num_locals_) throw Error("producer: bad REQUEST");
+    auto& slot = cache_[size_t(msg.a)][size_t(msg.b)];
+    if (!slot) slot = decode_pulls(msg.payload, int32_t(m_.model.params().size()));
+    early_requests_[size_t(msg.a)][size_t(msg.b)].insert(msg.from);
+    auto it = active_.find(msg.a);
+    if (it != active_.end()) build_local(*it->second, msg.b);
+  }
+
+  void take_done(const CtrlMsg& msg) {
+    if (m_.dead[size_t(msg.from)]) return;  // declared dead already: too late
+    auto it = active_.find(msg.a);
+    if (it == active_.end()) throw Error("producer: DONE for a unit that is not active");
+    UnitWork& w = *it->second;
+    PackedChunk& pc = w.locals.at(size_t(msg.c)).packed.at(size_t(msg.b));
+    if (pc.waiting.erase(msg.from)) {
+      --w.outstanding;
+      --peers_.owed[msg.from];
+      release_chunk(pc);
+    }
+  }
+
+  // ---- liveness --------------------------------------------------------------------------
+
+  // A consumer silent past the failure timeout while it owes DONEs is dead.
+  void drop_silent() {
+    std::vector<int> silent;
+    for (auto& [c, owed] : peers_.owed)
+      if (owed > 0 && now_s() - peers_.last_heard[c] > m_.opt.failure_timeout_s) silent.push_back(c);
+    for (int c : silent) drop_consumer(c);
+  }
+
+  // Stop waiting for a dead consumer everywhere (its replica goes down at the sync boundary).
+  void drop_consumer(int c) {
+    m_.declare_dead(c);
+    ++st_.peers_lost;
+    peers_.owed.erase(c);
+    for (auto& [u, w] : active_)
       for (LocalRankWork& lw : w->locals)
         for (PackedChunk& pc : lw.packed)
           if (pc.waiting.erase(c)) {
             --w->outstanding;
-            release_chunk(*w, pc);
+            release_chunk(pc);
           }
-  };
+  }
 
-  auto consumers_with_request = [&](int32_t u, int l) {
-    std::set<int> c;
-    if (!per_sync_requests && cache[size_t(u)][size_t(l)]) {
-      for (int r : consumers_of_local(l)) c.insert(r);
-    } else {
-      c = early_requests[size_t(u)][size_t(l)];
-    }
-    return c;
-  };
+  // ---- units -----------------------------------------------------------------------------
 
-  auto build_local = [&](UnitWork& w, int l) {
-    LocalRankWork& lw = w.locals[size_t(l)];
-    if (lw.have_request || !cache[size_t(w.unit)][size_t(l)]) return;
-    const std::vector<ChunkPiece>& pulls = *cache[size_t(w.unit)][size_t(l)];
-    if (pulls.size() != sched.expected[size_t(w.unit)][size_t(l)].size())
-      throw Error("producer: request of local rank " + std::to_string(l) + " for unit " + std::to_string(w.unit) +
-                  " does not match the routes of trainer rank " + std::to_string(world.rank));
-    lw.chunks = make_chunks(model, pulls, chunk_bytes);
-    lw.packed.resize(lw.chunks.size());
-    lw.sent.resize(lw.chunks.size());
-    lw.have_request = true;
-  };
+  // `inflight` bounds the units whose gathered tensors are held; a unit drops them once
+  // every chunk is packed, and waits for its consumers' DONEs on send-buffer space only,
+  // so a straggler holds other replicas back only when the send buffer is full.
+  void start_gathers() {
+    int holding = 0;
+    for (const auto& [u, w] : active_) holding += w->gather != nullptr;
+    for (; next_gather_ < num_units_ && holding < inflight_; ++holding) start_unit(next_gather_++);
+  }
 
-  auto handle = [&](const CtrlMsg& m) {
-    if (m.from >= 0) peers.last_heard[m.from] = now_s();
-    if (m.type == kMsgRequest) {
-      if (m.a < 0 || m.a >= num_units || m.b < 0 || m.b >= num_locals) throw Error("producer: bad REQUEST");
-      auto& slot = cache[size_t(m.a)][size_t(m.b)];
-      if (!slot) slot = decode_pulls(m.payload, int32_t(model.params().size()));
-      early_requests[size_t(m.a)][size_t(m.b)].insert(m.from);
-      auto it = active.find(m.a);
-      if (it != active.end()) build_local(*it->second, m.b);
-    } else if (m.type == kMsgDone) {
-      auto it = active.find(m.a);
-      if (dead[size_t(m.from)]) return;  // declared dead already: too late
-      if (it == active.end()) throw Error("producer: DONE for a unit that is not active");
-      UnitWork& w = *it->second;
-      PackedChunk& pc = w.locals.at(size_t(m.c)).packed.at(size_t(m.b));
-      if (pc.waiting.erase(m.from)) {
-        --w.outstanding;
-        --peers.owed[m.from];
-        release_chunk(w, pc);
-      }
-    } else if (m.type == kMsgReport && world.rank == 0) {
-      early_reports.push_back(m);  // a consumer finished before this rank did
-    } else if (m.type == kMsgJoin && world.rank == 0) {
-      absorb_join(CtrlMsg(m));  // taken (or not) at the next sync boundary
-    } else {
-      throw Error("producer: unexpected message type " + std::to_string(m.type) + " from rank " + std::to_string(m.from));
-    }
-  };
-
-  auto start_unit = [&](int32_t u) {
+  void start_unit(int32_t u) {
     auto w = std::make_unique<UnitWork>();
     w->unit = u;
     {
-      PhaseTimer t(st.gather_s);
-      w->gather = std::make_unique<UnitGather>(gctx, sched.units[size_t(u)], policy);
+      PhaseTimer t(st_.gather_s);
+      w->gather = std::make_unique<UnitGather>(gctx_, sched_.units[size_t(u)], spec_.source);
     }
     w->staged = w->gather->staging_bytes();
-    meter.add(w->staged);
-    w->locals.resize(size_t(num_locals));
-    for (int l = 0; l < num_locals; ++l)
-      if (!sched.expected[size_t(u)][size_t(l)].empty()) build_local(*w, l);
-    active.emplace(u, std::move(w));
-  };
+    meter_.add(w->staged);
+    w->locals.resize(size_t(num_locals_));
+    for (int l = 0; l < num_locals_; ++l)
+      if (!sched_.expected[size_t(u)][size_t(l)].empty()) build_local(*w, l);
+    active_.emplace(u, std::move(w));
+  }
 
-  auto send_ready = [&](const UnitWork& w, int l, size_t j, int consumer) {
-    const LocalRankWork& lw = w.locals[size_t(l)];
-    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version), {}};
-    try {
-      transport->send(consumer, r);
-    } catch (const PeerFailure&) {
-      // detected on the next poll or by the timeout
+  void build_local(UnitWork& w, int l) {
+    LocalRankWork& lw = w.locals[size_t(l)];
+    if (lw.have_request || !cache_[size_t(w.unit)][size_t(l)]) return;
+    const std::vector<ChunkPiece>& pulls = *cache_[size_t(w.unit)][size_t(l)];
+    if (pulls.size() != sched_.expected[size_t(w.unit)][size_t(l)].size())
+      throw Error("producer: request of local rank " + std::to_string(l) + " for unit " + std::to_string(w.unit) +
+                  " does not match the routes of trainer rank " + std::to_string(m_.world.rank));
+    lw.chunks = make_chunks(m_.model, pulls, m_.chunk_bytes);
+    lw.packed.resize(lw.chunks.size());
+    lw.sent.resize(lw.chunks.size());
+    lw.have_request = true;
+  }
+
+  // Each active unit one step on: gather finished -> pack rounds and READYs -> gathered
+  // tensors dropped once packed -> released once every live consumer has pulled.
+  bool advance() {
+    bool any = false;
+    for (auto it = active_.begin(); it != active_.end();) {
+      UnitWork& w = *it->second;
+      if (!w.gathered) {
+        PhaseTimer t(st_.gather_s);
+        w.gathered = w.gather->test();
+        if (w.gathered) {  // the collective's send/receive buffers are gone; slabs remain
+          meter_.sub(w.staged - w.gather->staging_bytes());
+          w.staged = w.gather->staging_bytes();
+          any = true;
+        }
+      }
+      if (w.gathered) {
+        any |= send_readies(w);
+        any |= pack_rounds(w);
+      }
+      if (w.gather && fully_packed(w)) {  // the gathered tensors are no longer needed
+        meter_.sub(w.staged);
+        w.staged = 0;
+        w.gather.reset();
+        any = true;
+      }
+      if (unit_finished(w)) {
+        meter_.sub(w.staged);
+        it = active_.erase(it);
+        ++released_;
+        any = true;
+      } else {
+        ++it;
+      }
     }
-    ++st.messages;
-  };
+    return any;
+  }
 
-  // Packs what the send buffer has room for, and sends READY for chunks whose pack has
-  // finished; returns true if anything happened. Packs go in rounds of one chunk per local
-  // rank, one launch a round: the local ranks of a replica take the same units in the same
-  // order, so a round's chunks (the same index of each) are mostly different columns of the
-  // same rows (a TP-sharded expert), which the CPU copy then reads once
-  // (execute_copies_fast).
-  auto pack_some = [&](UnitWork& w) {
-    bool did = false;
-    for (int l = 0; l < num_locals; ++l) {
+  // Non-blocking collectives progress only inside MPI calls: while one is in flight keep
+  // testing (yield, no sleep).
+  void pace(bool progressed) {
+    bool gathering = false;
+    for (const auto& [u, w] : active_) gathering = gathering || !w->gathered;
+    if (progressed) m_.beat();
+    if (progressed || gathering) backoff_.progress();
+    if (!progressed) backoff_.pause();
+  }
+
+  // ---- chunks ----------------------------------------------------------------------------
+
+  std::set<int> consumers_with_request(int32_t u, int l) const {
+    if (!per_sync_requests_ && cache_[size_t(u)][size_t(l)]) {
+      std::vector<int> all = m_.consumers_of_local(l);
+      return std::set<int>(all.begin(), all.end());
+    }
+    return early_requests_[size_t(u)][size_t(l)];
+  }
+
+  // READY for every packed chunk whose pack has finished, to each consumer that asked.
+  bool send_readies(UnitWork& w) {
+    bool any = false;
+    for (int l = 0; l < num_locals_; ++l) {
       LocalRankWork& lw = w.locals[size_t(l)];
       if (!lw.have_request) continue;
       std::set<int> want = consumers_with_request(w.unit, l);
       for (size_t j = 0; j < lw.next; ++j) {
         PackedChunk& pc = lw.packed[j];
         if (!pc.ready) {
-          if (!device->done(pc.packed)) continue;
+          if (!m_.device->done(pc.packed)) continue;
           pc.ready = true;
         }
         for (int c : want)
           if (!lw.sent[j].count(c)) {
             send_ready(w, l, j, c);
             lw.sent[j].insert(c);
-            did = true;
+            any = true;
           }
       }
     }
-    std::vector<CopyJob> jobs;
-    std::vector<int> round;  // local ranks whose next chunk is in `jobs`
-    for (;;) {
-      jobs.clear();
-      round.clear();
-      // The local ranks furthest behind, so that a round holds the same chunk index of every
-      // rank (columns of the same rows) again after a request that came late (V1).
-      size_t behind = SIZE_MAX;
-      for (const LocalRankWork& lw : w.locals)
-        if (lw.have_request && lw.next < lw.chunks.size()) behind = std::min(behind, lw.next);
-      for (int l = 0; l < num_locals; ++l) {
-        const LocalRankWork& lw = w.locals[size_t(l)];
-        if (lw.have_request && lw.next < lw.chunks.size() && lw.next == behind) round.push_back(l);
-      }
-      if (round.empty()) break;
-      // A round goes whole or waits for send-buffer space; only an idle send buffer too
-      // small for a whole round packs part of one (and the rest catches up next).
-      const bool idle = arena.idle();
-      size_t fit = 0;
-      for (; fit < round.size(); ++fit) {
-        LocalRankWork& lw = w.locals[size_t(round[fit])];
-        auto off = arena.alloc(lw.chunks[lw.next].bytes);
-        if (!off) break;
-        lw.packed[lw.next].offset = *off;
-      }
-      if (fit < round.size() && !idle) {
-        for (size_t k = 0; k < fit; ++k) {
-          const LocalRankWork& lw = w.locals[size_t(round[k])];
-          arena.release(lw.packed[lw.next].offset, lw.chunks[lw.next].bytes);
-        }
-        break;
-      }
-      round.resize(fit);
-      if (round.empty()) break;
-      {
-        PhaseTimer t(st.pack_s);
-        for (int l : round) {
-          const LocalRankWork& lw = w.locals[size_t(l)];
-          const int64_t off = lw.packed[lw.next].offset;
-          for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
-            const SlabRef* s = w.gather->slab(p.hf);
-            if (!s) throw Error("producer: rank " + std::to_string(world.rank) + " has no slab of " + model.param(p.hf).name);
-            CopyDesc d = pack_copy(p.copy);
-            d.src_offset = p.copy.src_offset - s->lo;
-            jobs.push_back(CopyJob{s->data, send_buffer.data() + off + p.buf_offset, d,
-                                   int32_t(dtype_bytes(model.param(p.hf).dtype))});
-          }
-        }
-        const int64_t together = device->copies_together();
-        device->copy(jobs);  // the CPU's main lane is synchronous: its count is current here
-        st.pack_copies_together += device->copies_together() - together;
-      }
-      ++st.pack_launches;
-      st.pack_copies += int64_t(jobs.size());
-      st.chunks_packed += int64_t(round.size());
-      const Fence packed = device->fence(Lane::kMain);
-      for (int l : round) {
-        LocalRankWork& lw = w.locals[size_t(l)];
-        const Chunk& ch = lw.chunks[lw.next];
-        std::vector<int> consumers = consumers_of_local(l);
-        PackedChunk& pc = lw.packed[lw.next];
-        pc = PackedChunk{pc.offset, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
-        for (int c : consumers) {
-          if (!peers.owed[c]++ && !peers.last_heard.count(c)) peers.last_heard[c] = now_s();
-        }
-        w.outstanding += int64_t(consumers.size());
-        st.bytes_out += ch.bytes * int64_t(consumers.size());
-        if (consumers.empty()) release_chunk(w, pc);
-        ++lw.next;
-      }
-      did = true;
-    }
-    return did;
-  };
+    return any;
+  }
 
-  auto fully_packed = [&](UnitWork& w) {
-    if (!w.gathered) return false;
-    for (int l = 0; l < num_locals; ++l) {
+  void send_ready(const UnitWork& w, int l, size_t j, int consumer) {
+    const LocalRankWork& lw = w.locals[size_t(l)];
+    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version_), {}};
+    try {
+      m_.transport->send(consumer, r);
+    } catch (const PeerFailure&) {
+      // detected on the next poll or by the timeout
+    }
+    ++st_.messages;
+  }
+
+  // Packs what the send buffer has room for, in rounds of one chunk per local rank, one
+  // launch a round: the local ranks of a replica take the same units in the same order, so
+  // a round's chunks (the same index of each) are mostly different columns of the same rows
+  // (a TP-sharded expert), which the CPU copy then reads once (execute_copies_fast).
+  bool pack_rounds(UnitWork& w) {
+    bool any = false;
+    std::vector<int> round;
+    while (next_round(w, &round)) {
+      pack_round(w, round);
+      any = true;
+    }
+    return any;
+  }
+
+  // The local ranks furthest behind (so a round holds the same chunk index of every rank
+  // again after a request that came late, V1), with send-buffer space for their chunks. A
+  // round goes whole or waits for space; only an idle send buffer too small for a whole
+  // round packs part of one (and the rest catches up next).
+  bool next_round(UnitWork& w, std::vector<int>* round) {
+    round->clear();
+    size_t behind = SIZE_MAX;
+    for (const LocalRankWork& lw : w.locals)
+      if (lw.have_request && lw.next < lw.chunks.size()) behind = std::min(behind, lw.next);
+    for (int l = 0; l < num_locals_; ++l) {
       const LocalRankWork& lw = w.locals[size_t(l)];
-      if (consumers_of_local(l).empty()) continue;
-      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !lw.have_request) return false;
+      if (lw.have_request && lw.next < lw.chunks.size() && lw.next == behind) round->push_back(l);
+    }
+    if (round->empty()) return false;
+    const bool idle = arena_.idle();
+    size_t fit = 0;
+    for (; fit < round->size(); ++fit) {
+      LocalRankWork& lw = w.locals[size_t((*round)[fit])];
+      auto off = arena_.alloc(lw.chunks[lw.next].bytes);
+      if (!off) break;
+      lw.packed[lw.next].offset = *off;
+    }
+    if (fit < round->size() && !idle) {
+      for (size_t k = 0; k < fit; ++k) {
+        const LocalRankWork& lw = w.locals[size_t((*round)[k])];
+        arena_.release(lw.packed[lw.next].offset, lw.chunks[lw.next].bytes);
+      }
+      return false;
+    }
+    round->resize(fit);
+    return !round->empty();
+  }
+
+  void pack_round(UnitWork& w, const std::vector<int>& round) {
+    std::vector<CopyJob> jobs;
+    {
+      PhaseTimer t(st_.pack_s);
+      for (int l : round) {
+        const LocalRankWork& lw = w.locals[size_t(l)];
+        const int64_t off = lw.packed[lw.next].offset;
+        for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
+          const SlabRef* s = w.gather->slab(p.hf);
+          if (!s)
+            throw Error("producer: rank " + std::to_string(m_.world.rank) + " has no slab of " + m_.model.param(p.hf).name);
+          CopyDesc d = pack_copy(p.copy);
+          d.src_offset = p.copy.src_offset - s->lo;
+          jobs.push_back(CopyJob{s->data, m_.send_buffer.data() + off + p.buf_offset, d,
+                                 int32_t(dtype_bytes(m_.model.param(p.hf).dtype))});
+        }
+      }
+      const int64_t together = m_.device->copies_together();
+      m_.device->copy(jobs);  // the CPU's main lane is synchronous: its count is current here
+      st_.pack_copies_together += m_.device->copies_together() - together;
+    }
+    ++st_.pack_launches;
+    st_.pack_copies += int64_t(jobs.size());
+    st_.chunks_packed += int64_t(round.size());
+    const Fence packed = m_.device->fence(Lane::kMain);
+    for (int l : round) {
+      LocalRankWork& lw = w.locals[size_t(l)];
+      const Chunk& ch = lw.chunks[lw.next];
+      std::vector<int> consumers = m_.consumers_of_local(l);
+      PackedChunk& pc = lw.packed[lw.next];
+      pc = PackedChunk{pc.offset, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
+      for (int c : consumers)
+        if (!peers_.owed[c]++ && !peers_.last_heard.count(c)) peers_.last_heard[c] = now_s();
+      w.outstanding += int64_t(consumers.size());
+      st_.bytes_out += ch.bytes * int64_t(consumers.size());
+      if (consumers.empty()) release_chunk(pc);
+      ++lw.next;
+    }
+  }
+
+  void release_chunk(PackedChunk& pc) {
+    if (!pc.released && pc.waiting.empty()) {
+      arena_.release(pc.offset, pc.bytes);
+      pc.released = true;
+    }
+  }
+
+  // Every chunk of every local rank with a live consumer packed (and its pack finished).
+  bool fully_packed(const UnitWork& w) const {
+    if (!w.gathered) return false;
+    for (int l = 0; l < num_locals_; ++l) {
+      const LocalRankWork& lw = w.locals[size_t(l)];
+      if (m_.consumers_of_local(l).empty()) continue;
+      if (!sched_.expected[size_t(w.unit)][size_t(l)].empty() && !lw.have_request) return false;
       if (lw.next < lw.chunks.size()) return false;
       for (const PackedChunk& pc : lw.packed)
         if (!pc.ready && !pc.waiting.empty()) return false;
     }
     return true;
-  };
-
-  auto unit_finished = [&](UnitWork& w) {
-    if (!w.gathered) return false;
-    for (int l = 0; l < num_locals; ++l) {
-      const LocalRankWork& lw = w.locals[size_t(l)];
-      bool any_live = !consumers_of_local(l).empty();
-      if (!any_live) continue;  // every replica of this local rank is down: nothing to serve
-      if (!lw.chunks.empty() && (!lw.have_request || lw.next < lw.chunks.size())) return false;
-      if (!sched.expected[size_t(w.unit)][size_t(l)].empty() && !lw.have_request) return false;
-      for (const PackedChunk& pc : lw.packed)
-        if (!pc.ready && !pc.waiting.empty()) return false;
-    }
-    return w.outstanding == 0;
-  };
-
-  double next_check = now_s() + 0.1;
-  while (released < num_units) {
-    bool progressed = false;
-    CtrlMsg m;
-    try {
-      while (transport->poll(&m)) {
-        handle(m);
-        progressed = true;
-      }
-    } catch (const PeerFailure& failure) {
-      drop_consumer(failure.peer());
-      progressed = true;
-    }
-    if (now_s() > next_check) {
-      next_check = now_s() + 0.1;
-      std::vector<int> silent;
-      for (auto& [c, owed] : peers.owed)
-        if (owed > 0 && now_s() - peers.last_heard[c] > opt.failure_timeout_s) silent.push_back(c);
-      for (int c : silent) drop_consumer(c);
-    }
-    transport->progress();
-    // `inflight` bounds the units whose gathered tensors are held; a unit drops them once
-    // every chunk is packed, and waits for its consumers' DONEs on send-buffer space only,
-    // so a straggler holds other replicas back only when the send buffer is full.
-    int holding = 0;
-    for (const auto& [u, w] : active) holding += w->gather != nullptr;
-    while (next_gather < num_units && holding < inflight) {
-      start_unit(next_gather++);
-      ++holding;
-    }
-    for (auto it = active.begin(); it != active.end();) {
-      UnitWork& w = *it->second;
-      if (!w.gathered) {
-        PhaseTimer t(st.gather_s);
-        w.gathered = w.gather->test();
-        if (w.gathered) {  // the collective's send/receive buffers are gone; slabs remain
-          meter.sub(w.staged - w.gather->staging_bytes());
-          w.staged = w.gather->staging_bytes();
-          progressed = true;
-        }
-      }
-      if (w.gathered) progressed |= pack_some(w);
-      if (w.gather && fully_packed(w)) {  // the gathered tensors are no longer needed
-        meter.sub(w.staged);
-        w.staged = 0;
-        w.gather.reset();
-        progressed = true;
-      }
-      if (unit_finished(w)) {
-        meter.sub(w.staged);
-        it = active.erase(it);
-        ++released;
-        progressed = true;
-      } else {
-        ++it;
-      }
-    }
-    // Non-blocking collectives progress only inside MPI calls: keep testing while one is in
-    // flight (yield, no sleep).
-    bool gathering = false;
-    for (const auto& [u, w] : active) gathering = gathering || !w->gathered;
-    if (progressed) beat();
-    if (progressed || gathering) backoff.progress();
-    if (!progressed) backoff.pause();
   }
-  // A consumer that died after its last DONE may still hold undelivered messages.
-  for (int c : transport->flush_sends_within(opt.failure_timeout_s))
-    if (c >= world.num_trainers && !dead[size_t(c)]) {
-      declare_dead(c);
-      ++st.peers_lost;
-    }
-  device->synchronize();
-  st.total_s = now_s() - t0;
-  st.peak_staging_bytes = meter.peak();
-  (void)sync_index;
-  return st;
-}
+
+  // Fully packed, and every live consumer has pulled every chunk (DONE).
+  bool unit_finished(const UnitWork& w) const { return fully_packed(w) && w.outstanding == 0; }
+
+  Engines::Impl& m_;
+  const EngineSpec& spec_;
+  const ProducerSchedule& sched_;
+  const uint64_t version_;
+  const bool per_sync_requests_;
+  const int inflight_, num_units_, num_locals_;
+  std::vector<std::vector<std::optional<std::vector<ChunkPiece>>>>& cache_;  // requests kept across syncs
+  std::vector<std::vector<std::set<int>>> early_requests_;                  // [unit][local]: who asked
+  RankStats st_;
+  StagingMeter meter_;
+  RangeAllocator arena_;
+  GatherContext gctx_;
+  std::map<int32_t, std::unique_ptr<UnitWork>> active_;
+  int next_gather_ = 0, released_ = 0;
+  IdleBackoff backoff_;
+  Liveness peers_;
+};
+
+}  // namespace
+
+RankStats Engines::Impl::run_producer(EngineKind e, int, uint64_t version) { return Producer(*this, e, version).run(); }
 
 }  // namespace shardsync
