@@ -84,11 +84,11 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   const double t0 = now_s();
   const ConsumerSchedule& sched = consumer_schedule(EngineKind::kBroadcast);
   std::vector<std::vector<int32_t>> entries_of(model.params().size());
-  for (int32_t i = 0; i < int32_t(plan->entries.size()); ++i)
-    if (!plan->entries[size_t(i)].is_fill()) entries_of[size_t(plan->entries[size_t(i)].hf_param)].push_back(i);
+  for (int32_t i = 0; i < int32_t(consumer_side.plan->entries.size()); ++i)
+    if (!consumer_side.plan->entries[size_t(i)].is_fill()) entries_of[size_t(consumer_side.plan->entries[size_t(i)].hf_param)].push_back(i);
   StagingMeter meter;
   std::map<int32_t, DeviceBuffer> buffers;
-  std::map<int32_t, int64_t> group_left = group_copy_bytes;
+  std::map<int32_t, int64_t> group_left = consumer_side.group_copy_bytes;
   DeviceBuffer bucket;
   std::deque<DeviceBuffer> done_buffers;
   for (const Unit& u : sched.units) {
@@ -110,28 +110,28 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
     std::vector<int32_t> completed;
     for (size_t i = 0; i < u.tensors.size(); ++i)
       for (int32_t ei : entries_of[size_t(u.tensors[i])]) {
-        const PlanEntry& e = plan->entries[size_t(ei)];
-        int32_t g = group_of_param[size_t(e.engine_param)];
+        const PlanEntry& e = consumer_side.plan->entries[size_t(ei)];
+        int32_t g = consumer_side.group_of_param[size_t(e.engine_param)];
         DeviceBuffer& buf = layerwise(g, buffers, meter);
-        int64_t eb = dtype_bytes(plan->params[size_t(e.engine_param)].dtype);
+        int64_t eb = dtype_bytes(consumer_side.plan->params[size_t(e.engine_param)].dtype);
         jobs.push_back(CopyJob{bucket.data() + off[i],
-                               buf.data() + (param_offset[size_t(e.engine_param)] - group_span.at(g).first), e.copy,
+                               buf.data() + (consumer_side.param_offset[size_t(e.engine_param)] - consumer_side.group_span.at(g).first), e.copy,
                                int32_t(eb)});
         if ((group_left[g] -= e.numel() * eb) == 0) completed.push_back(g);
       }
     device->copy(jobs);
     for (int32_t g : completed) {
-      const auto& span = group_span.at(g);
+      const auto& span = consumer_side.group_span.at(g);
       DeviceBuffer buf = std::move(buffers.at(g));
       buffers.erase(g);
-      device->memcpy(live.data() + span.first, buf.data(), buf.size());
+      device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size());
       meter.sub(buf.size());
       done_buffers.push_back(std::move(buf));
     }
     // The next bucket overwrites this one: its copies must have run.
     device->synchronize();
     while (!done_buffers.empty()) {
-      layerwise_pool.give(std::move(done_buffers.front()));
+      consumer_side.layerwise_pool.give(std::move(done_buffers.front()));
       done_buffers.pop_front();
     }
   }

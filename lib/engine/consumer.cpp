@@ -16,9 +16,9 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
   IdleBackoff wait_backoff;
   for (;;) {
     CtrlMsg m;
-    if (pending_start) {
-      m = std::move(*pending_start);
-      pending_start.reset();
+    if (consumer_side.pending_start) {
+      m = std::move(*consumer_side.pending_start);
+      consumer_side.pending_start.reset();
     } else if (!transport->poll(&m)) {
       transport->progress();
       wait_backoff.pause();
@@ -29,14 +29,14 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       if (m.a != sync_index || uint64_t(m.x) != version || m.b != int(e))
         throw Error("consumer: START of sync " + std::to_string(m.a) + " (version " + std::to_string(m.x) +
                     ") while expecting sync " + std::to_string(sync_index) + " (version " + std::to_string(version) + ")");
-      for (CtrlMsg& r : stashed_readies)
+      for (CtrlMsg& r : consumer_side.stashed_readies)
         if (uint64_t(r.z) == version && early_readies) early_readies->push_back(std::move(r));
-      stashed_readies.clear();
+      consumer_side.stashed_readies.clear();
       *start = std::move(m);
       return true;
     }
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
-      stood_down = true;
+      consumer_side.stood_down = true;
       return false;
     }
     if (m.type != kMsgReady || !early_readies)
@@ -63,7 +63,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
 
   // Metadata: sent every sync, or once where the row caches requests on the trainer.
   const EngineSpec& spec = engine_spec(e);
-  if (!spec.cache_requests || !requests_sent[int(e)]) {
+  if (!spec.cache_requests || !consumer_side.requests_sent[int(e)]) {
     for (size_t u = 0; u < sched.units.size(); ++u)
       for (const auto& [t, pulls] : sched.pulls.pulls[u]) {
         CtrlMsg r;
@@ -74,15 +74,15 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         transport->send(t, r);
         ++st.messages;
       }
-    requests_sent[int(e)] = true;
+    consumer_side.requests_sent[int(e)] = true;
   }
 
   const bool background = spec.background_process;
   StagingMeter meter;
-  meter.add(landing.size());
-  RangeAllocator arena(landing.size());
+  meter.add(consumer_side.landing.size());
+  RangeAllocator arena(consumer_side.landing.size());
   std::map<int32_t, DeviceBuffer> buffers;
-  std::map<int32_t, int64_t> group_left = group_copy_bytes;
+  std::map<int32_t, int64_t> group_left = consumer_side.group_copy_bytes;
   struct InFlight {
     int32_t unit, chunk;
     int trainer;
@@ -102,11 +102,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   auto complete_group = [&](int32_t g) {
     DeviceBuffer buf = std::move(buffers.at(g));
     buffers.erase(g);
-    const auto& span = group_span.at(g);
+    const auto& span = consumer_side.group_span.at(g);
     // process: identity for bf16 weights; then copy into the live weights' fixed storage.
     Lane lane = background ? Lane::kBackground : Lane::kMain;
     if (background) device->after(Lane::kBackground, device->fence(Lane::kMain));
-    device->memcpy(live.data() + span.first, buf.data(), buf.size(), lane);
+    device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size(), lane);
     meter.sub(buf.size());
     buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
   };
@@ -115,7 +115,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     const auto& per_trainer = sched.chunks[size_t(f.unit)];
     auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == f.trainer; });
     const Chunk& ch = it->second[size_t(f.chunk)];
-    uint8_t* base = landing.data() + f.offset;
+    uint8_t* base = consumer_side.landing.data() + f.offset;
     if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted) {
       uint8_t b = 0;  // test hook: one flipped bit must fail verification
       device->to_host(&b, base, 1);
@@ -127,11 +127,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     std::vector<CopyJob> jobs;
     std::vector<int32_t> completed;
     for (const ChunkPiece& p : ch.pieces) {
-      int32_t ep = plan->entries[size_t(p.entry)].engine_param;
-      int32_t g = group_of_param[size_t(ep)];
+      int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
+      int32_t g = consumer_side.group_of_param[size_t(ep)];
       DeviceBuffer& buf = layerwise(g, buffers, meter);
-      jobs.push_back(CopyJob{base + p.buf_offset, buf.data() + (param_offset[size_t(ep)] - group_span.at(g).first),
-                             unpack_copy(p.copy), int32_t(dtype_bytes(plan->params[size_t(ep)].dtype))});
+      jobs.push_back(CopyJob{base + p.buf_offset, buf.data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first),
+                             unpack_copy(p.copy), int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype))});
       if ((group_left[g] -= p.bytes) == 0) completed.push_back(g);
     }
     device->copy(jobs);
@@ -159,7 +159,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       any = true;
     }
     while (!buffer_free.empty() && device->done(buffer_free.front().fence)) {
-      layerwise_pool.give(std::move(buffer_free.front().buffer));
+      consumer_side.layerwise_pool.give(std::move(buffer_free.front().buffer));
       buffer_free.pop_front();
       any = true;
     }
@@ -220,7 +220,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
   device->synchronize();  // every fence has passed (and fences are recycled): release all
   for (auto& p : landing_free) arena.release(p.offset, p.bytes);
-  for (auto& p : buffer_free) layerwise_pool.give(std::move(p.buffer));
+  for (auto& p : buffer_free) consumer_side.layerwise_pool.give(std::move(p.buffer));
   landing_free.clear();
   buffer_free.clear();
   transport->flush_sends();
@@ -228,6 +228,42 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   st.peak_staging_bytes = meter.peak();
   if (opt.verify) verify(version, st);
   return st;
+}
+
+DeviceBuffer& Engines::Impl::layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter) {
+  auto it = buffers.find(group);
+  if (it != buffers.end()) return it->second;
+  int64_t bytes = consumer_side.group_span.at(group).second;
+  DeviceBuffer& buf = buffers[group];
+  buf = consumer_side.layerwise_pool.take(bytes);
+  meter.add(bytes);
+  // Padding rows of this group's parameters: the loaders' zero_() entries.
+  int64_t base = consumer_side.group_span.at(group).first;
+  std::vector<SynthJob> fills;
+  for (const PlanEntry& e : consumer_side.plan->entries)
+    if (e.is_fill() && consumer_side.group_of_param[size_t(e.engine_param)] == group)
+      fills.push_back(SynthJob{buf.data() + (consumer_side.param_offset[size_t(e.engine_param)] - base), 0, e.copy,
+                               int32_t(dtype_bytes(consumer_side.plan->params[size_t(e.engine_param)].dtype)), true});
+  device->synth(fills);
+  return buf;
+}
+
+void Engines::Impl::verify(uint64_t version, RankStats& st) {
+  PhaseTimer t(st.verify_s);
+  std::vector<SynthJob> jobs;
+  for (const PlanEntry& e : consumer_side.plan->entries) {
+    const EngineParam& ep = consumer_side.plan->params[size_t(e.engine_param)];
+    jobs.push_back(SynthJob{consumer_side.live.data() + consumer_side.param_offset[size_t(e.engine_param)],
+                            e.is_fill() ? 0 : synth_seed(e.hf_param, version), e.copy, int32_t(dtype_bytes(ep.dtype)),
+                            e.is_fill()});
+  }
+  device->synchronize();
+  VerifyResult r = device->verify(jobs);
+  st.mismatches = r.mismatches;
+  if (r.mismatches > 0) {
+    st.bad_param = consumer_side.plan->entries[size_t(r.first_job)].engine_param;
+    st.bad_index = r.first_index;
+  }
 }
 
 }  // namespace shardsync

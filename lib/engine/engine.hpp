@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine_table.hpp"
+#include "engine/pipeline.hpp"  // set_idle_sleep_allowed
 #include "engine/stats.hpp"
 #include "layout/inference.hpp"
 #include "layout/trainer.hpp"
@@ -19,10 +20,6 @@
 #include "transport/transport.hpp"
 
 namespace shardsync {
-
-// Whether idle polling may sleep (set when a node runs more ranks than it has cores).
-void set_idle_sleep_allowed(bool allowed);
-bool idle_sleep_allowed();
 
 struct SyncOptions {
   std::string transport;                // "ucx", "mpi", "cuda_ipc"

@@ -57,14 +57,14 @@ class Producer {
       : m_(m), spec_(engine_spec(e)), sched_(m.producer_schedule(e)), version_(version),
         per_sync_requests_(!spec_.cache_requests),
         inflight_(spec_.depth > 0 ? spec_.depth : std::max(1, m.opt.inflight)),
-        num_units_(int(sched_.units.size())), num_locals_(int(m.plans.size())), cache_(m.request_cache[int(e)]),
+        num_units_(int(sched_.units.size())), num_locals_(int(m.plans.size())), cache_(m.trainer_side.request_cache[int(e)]),
         early_requests_(size_t(num_units_), std::vector<std::set<int>>(size_t(num_locals_))),
-        arena_(m.send_buffer.size()), gctx_(m.gather_context()) {
+        arena_(m.trainer_side.send_buffer.size()), gctx_(m.gather_context()) {
     st_.rank = m.world.rank;
     st_.trainer = 1;
     if (cache_.empty() || per_sync_requests_)
       cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
-    meter_.add(m.send_buffer.size());
+    meter_.add(m.trainer_side.send_buffer.size());
   }
 
   RankStats run() {
@@ -83,7 +83,7 @@ class Producer {
     }
     // A consumer that died after its last DONE may still hold undelivered messages.
     for (int c : m_.transport->flush_sends_within(m_.opt.failure_timeout_s))
-      if (c >= m_.world.num_trainers && !m_.dead[size_t(c)]) {
+      if (c >= m_.world.num_trainers && !m_.liveness.dead[size_t(c)]) {
         m_.declare_dead(c);
         ++st_.peers_lost;
       }
@@ -118,7 +118,7 @@ class Producer {
     } else if (msg.type == kMsgDone) {
       take_done(msg);
     } else if (msg.type == kMsgReport && m_.world.rank == 0) {
-      m_.early_reports.push_back(msg);  // a consumer finished before this rank did
+      m_.liveness.early_reports.push_back(msg);  // a consumer finished before this rank did
     } else if (msg.type == kMsgJoin && m_.world.rank == 0) {
       m_.absorb_join(CtrlMsg(msg));  // taken (or not) at the next sync boundary
     } else {
@@ -137,7 +137,7 @@ class Producer {
   }
 
   void take_done(const CtrlMsg& msg) {
-    if (m_.dead[size_t(msg.from)]) return;  // declared dead already: too late
+    if (m_.liveness.dead[size_t(msg.from)]) return;  // declared dead already: too late
     auto it = active_.find(msg.a);
     if (it == active_.end()) throw Error("producer: DONE for a unit that is not active");
     UnitWork& w = *it->second;
@@ -364,7 +364,7 @@ class Producer {
             throw Error("producer: rank " + std::to_string(m_.world.rank) + " has no slab of " + m_.model.param(p.hf).name);
           CopyDesc d = pack_copy(p.copy);
           d.src_offset = p.copy.src_offset - s->lo;
-          jobs.push_back(CopyJob{s->data, m_.send_buffer.data() + off + p.buf_offset, d,
+          jobs.push_back(CopyJob{s->data, m_.trainer_side.send_buffer.data() + off + p.buf_offset, d,
                                  int32_t(dtype_bytes(m_.model.param(p.hf).dtype))});
         }
       }

@@ -111,11 +111,11 @@ void Engines::Impl::withdraw_contact() {
   std::filesystem::remove(contact_path(opt.rendezvous, world.rank), ec);
 }
 
-void Engines::Impl::absorb_join(CtrlMsg&& m) { pending_joins.push_back(std::move(m)); }
+void Engines::Impl::absorb_join(CtrlMsg&& m) { rejoin.pending_joins.push_back(std::move(m)); }
 
 void Engines::Impl::accept_joins(uint64_t version) {
   std::vector<uint8_t> taken;  // rank 0 -> every trainer: [rank][contact]...
-  last_rejoins.clear();
+  rejoin.last.clear();
   if (world.rank == 0) {
     // Between syncs nothing else is owed to rank 0: what waits is a JOIN or late traffic of
     // a replica that went down.
@@ -123,7 +123,7 @@ void Engines::Impl::accept_joins(uint64_t version) {
     while (transport->poll(&msg))
       if (msg.type == kMsgJoin) absorb_join(std::move(msg));
     std::vector<CtrlMsg> keep;
-    for (CtrlMsg& j : pending_joins) {
+    for (CtrlMsg& j : rejoin.pending_joins) {
       size_t pos = 0;
       std::vector<uint8_t> contact, fp;
       if (!get_bytes(j.payload, &pos, &contact) || !get_bytes(j.payload, &pos, &fp)) continue;  // malformed: ignore
@@ -142,30 +142,30 @@ void Engines::Impl::accept_joins(uint64_t version) {
         refuse("world rank " + std::to_string(r) + " is not an inference rank of this job");
       } else if (as_string(fp) != fingerprint()) {
         refuse("the job runs '" + fingerprint() + "', the replacement '" + as_string(fp) + "'");
-      } else if (!dead[size_t(r)]) {
+      } else if (!liveness.dead[size_t(r)]) {
         keep.push_back(std::move(j));  // not (yet) declared dead: ask again at the next boundary
       } else {
-        dead[size_t(r)] = 0;
+        liveness.dead[size_t(r)] = 0;
         put_u32(taken, uint32_t(r));
         put_bytes(taken, contact);
-        last_rejoins.push_back(RejoinEvent{r, inference.coord(r - world.num_trainers).replica, version, false});
+        rejoin.last.push_back(RejoinEvent{r, inference.coord(r - world.num_trainers).replica, version, false});
       }
     }
-    pending_joins = std::move(keep);
+    rejoin.pending_joins = std::move(keep);
     // A replica comes back up once none of its ranks is dead.
     int per = inference.layout().ranks_per_replica();
-    for (RejoinEvent& ev : last_rejoins) {
+    for (RejoinEvent& ev : rejoin.last) {
       int first = world.num_trainers + ev.replica * per;
       bool any_dead = false;
-      for (int l = 0; l < per; ++l) any_dead = any_dead || dead[size_t(first + l)];
+      for (int l = 0; l < per; ++l) any_dead = any_dead || liveness.dead[size_t(first + l)];
       if (any_dead) continue;
       for (int l = 0; l < per; ++l) {
-        down[size_t(first + l)] = 0;
-        notified_down[size_t(first + l)] = 0;
+        liveness.down[size_t(first + l)] = 0;
+        liveness.notified_down[size_t(first + l)] = 0;
       }
       ev.replica_up = true;
     }
-    rejoin_log.insert(rejoin_log.end(), last_rejoins.begin(), last_rejoins.end());
+    rejoin.log.insert(rejoin.log.end(), rejoin.last.begin(), rejoin.last.end());
   }
   uint64_t n = taken.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, world.trainers));
@@ -186,21 +186,21 @@ bool Engines::Impl::wait_start_or_finish(double timeout_s) {
   IdleBackoff backoff;
   double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
   for (;;) {
-    if (pending_start) return true;
-    if (finish_seen) return false;
+    if (consumer_side.pending_start) return true;
+    if (consumer_side.finish_seen) return false;
     CtrlMsg m;
     if (transport->poll(&m)) {
       backoff.progress();
       beat();
       if (m.type == kMsgStart) {
-        pending_start = std::move(m);
+        consumer_side.pending_start = std::move(m);
       } else if (m.type == kMsgFinish) {
-        finish_seen = true;
-        finish_degraded = m.a != 0;
+        consumer_side.finish_seen = true;
+        consumer_side.finish_degraded = m.a != 0;
       } else if (m.type == kMsgReject) {
         throw Error("rank 0 did not take this replacement: " + as_string(m.payload));
       } else if (m.type == kMsgReady) {
-        stashed_readies.push_back(std::move(m));  // may belong to the START still on its way
+        consumer_side.stashed_readies.push_back(std::move(m));  // may belong to the START still on its way
       }
       continue;  // STANDDOWN again
     }
@@ -231,8 +231,8 @@ double Engines::join(double timeout_s) {
   }
   Registration reg;
   reg.kind = m.device->kind();
-  reg.landing_base = m.landing.data();
-  reg.landing_bytes = size_t(m.landing.size());
+  reg.landing_base = m.consumer_side.landing.data();
+  reg.landing_bytes = size_t(m.consumer_side.landing.size());
   m.transport->join(m.world.rank, m.world.size, contacts, reg);
   CtrlMsg j;
   j.type = kMsgJoin;
@@ -250,12 +250,12 @@ bool Engines::serve_next(double timeout_s, RankStats* out, EngineKind* engine, u
     return false;
   }
   if (!m.armed) m.arm();  // taken back: from now on an ordinary consumer
-  const CtrlMsg& s = *m.pending_start;
+  const CtrlMsg& s = *m.consumer_side.pending_start;
   if (s.b < 0 || size_t(s.b) >= engine_table().size()) throw Error("START names no engine");
   *engine = EngineKind(s.b);
   *version = uint64_t(s.x);
   if (s.c == 1) {  // a broadcast after a failure: skipped by everyone
-    m.pending_start.reset();
+    m.consumer_side.pending_start.reset();
     *out = RankStats{};
     out->rank = m.world.rank;
     out->skipped = 1;
@@ -270,7 +270,7 @@ bool Engines::serve_next(double timeout_s, RankStats* out, EngineKind* engine, u
   return true;
 }
 
-std::vector<RejoinEvent> Engines::last_rejoins() const { return impl_->last_rejoins; }
-std::vector<RejoinEvent> Engines::rejoins() const { return impl_->rejoin_log; }
+std::vector<RejoinEvent> Engines::last_rejoins() const { return impl_->rejoin.last; }
+std::vector<RejoinEvent> Engines::rejoins() const { return impl_->rejoin.log; }
 
 }  // namespace shardsync

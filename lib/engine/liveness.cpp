@@ -1,0 +1,183 @@
+// Liveness: which inference ranks are dead or down (rank 0 decides, trainers learn it at
+// every sync boundary), the end-of-sync reports (a consumer that does not report within the
+// failure timeout is dead and its replica goes down), the end of the run, and the stall
+// watchdog that ends a rank which sees no progress where no death can be survived.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "engine/internal.hpp"
+
+namespace shardsync {
+
+std::vector<int> Engines::Impl::consumers_of_local(int local_rank) const {
+  std::vector<int> out;
+  int per = inference.layout().ranks_per_replica();
+  for (int r = 0; r < inference.layout().replicas; ++r) {
+    int rank = world.num_trainers + r * per + local_rank;
+    if (!liveness.down[size_t(rank)]) out.push_back(rank);
+  }
+  return out;
+}
+
+void Engines::Impl::declare_dead(int rank) {
+  if (liveness.dead[size_t(rank)]) return;
+  liveness.dead[size_t(rank)] = 1;
+  liveness.down[size_t(rank)] = 1;
+  liveness.failures = true;
+  transport->forget_peer(rank);
+}
+
+void Engines::Impl::take_down_replicas() {
+  int per = inference.layout().ranks_per_replica();
+  for (int rep = 0; rep < inference.layout().replicas; ++rep) {
+    bool any = false;
+    for (int l = 0; l < per; ++l) any = any || liveness.dead[size_t(world.num_trainers + rep * per + l)];
+    if (any)
+      for (int l = 0; l < per; ++l) liveness.down[size_t(world.num_trainers + rep * per + l)] = 1;
+  }
+}
+
+void Engines::Impl::start_watchdog() {
+  watchdog = std::thread([this, where = where_am_i()] {  // no MPI calls on this thread
+    while (!stop_watchdog) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      double idle = now_s() - last_beat.load(std::memory_order_relaxed);
+      if (!armed || idle < opt.stall_timeout_s) continue;
+      std::fprintf(stderr,
+                   "shardsync: %s: no progress for %.0f s inside the run: a rank has likely died where the job "
+                   "cannot survive it (a trainer rank, or any rank during a broadcast); exiting\n",
+                   where.c_str(), idle);
+      std::fflush(stderr);
+      std::_Exit(4);
+    }
+  });
+}
+
+bool Engines::stood_down() const { return impl_->consumer_side.stood_down; }
+
+std::vector<int> Engines::down_replicas() const {
+  const Impl& m = *impl_;
+  std::vector<int> out;
+  int per = m.inference.layout().ranks_per_replica();
+  for (int rep = 0; rep < m.inference.layout().replicas; ++rep)
+    if (m.liveness.down[size_t(m.world.num_trainers + rep * per)]) out.push_back(rep);
+  return out;
+}
+
+bool Engines::finish() {
+  Impl& m = *impl_;
+  struct Disarm {
+    Impl& m;
+    ~Disarm() { m.armed = false; }
+  } disarm{m};
+  int degraded = m.liveness.failures ? 1 : 0;
+  if (m.world.trainer) {
+    int any = 0;
+    MPI_CHECK(MPI_Allreduce(&degraded, &any, 1, MPI_INT, MPI_MAX, m.world.trainers));
+    degraded = any;
+    m.withdraw_contact();
+    if (m.world.rank == 0) {
+      // Replacements that came too late are told so.
+      CtrlMsg msg;
+      while (m.transport->poll(&msg))
+        if (msg.type == kMsgJoin) m.absorb_join(std::move(msg));
+      for (CtrlMsg& j : m.rejoin.pending_joins) {
+        std::vector<uint8_t> contact;
+        uint32_t n = 0;
+        if (j.payload.size() < 4) continue;
+        std::memcpy(&n, j.payload.data(), 4);
+        if (n > j.payload.size() - 4) continue;
+        contact.assign(j.payload.begin() + 4, j.payload.begin() + 4 + long(n));
+        CtrlMsg r;
+        r.type = kMsgReject;
+        std::string why = "the run ended before world rank " + std::to_string(j.from) + " could be taken back";
+        r.payload.assign(why.begin(), why.end());
+        try {
+          m.transport->send_to_contact(contact, r);
+        } catch (const std::exception&) {
+        }
+      }
+      m.rejoin.pending_joins.clear();
+      CtrlMsg fin;
+      fin.type = kMsgFinish;
+      fin.a = degraded;
+      for (int r = m.world.num_trainers; r < m.world.size; ++r)
+        if (!m.liveness.dead[size_t(r)]) m.transport->send(r, fin);
+      m.transport->flush_sends_within(m.opt.failure_timeout_s);
+    }
+    return degraded != 0;
+  }
+  // Consumers wait for FINISH (stood-down ranks may have seen it already).
+  while (m.wait_start_or_finish()) m.consumer_side.pending_start.reset();  // a START now would be a bug of rank 0
+  return m.consumer_side.finish_degraded;
+}
+
+std::vector<RankStats> Engines::collect(const RankStats& mine) {
+  Impl& m = *impl_;
+  std::vector<RankStats> all;
+  if (!m.world.trainer) {
+    if (mine.stood_down || mine.skipped) return all;  // rank 0 does not wait for this rank
+    CtrlMsg r;
+    r.type = kMsgReport;
+    r.payload.resize(sizeof mine);
+    std::memcpy(r.payload.data(), &mine, sizeof mine);
+    m.transport->send(0, r);
+    m.transport->flush_sends();
+    return all;
+  }
+  std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
+  MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine), MPI_BYTE, 0, m.world.trainers));
+  // Consumers any trainer declared dead in this sync.
+  std::vector<uint8_t> dead_seen(m.liveness.dead.size(), 0);
+  MPI_CHECK(MPI_Reduce(m.liveness.dead.data(), dead_seen.data(), int(m.liveness.dead.size()), MPI_BYTE, MPI_MAX, 0, m.world.trainers));
+  m.beat();
+  if (m.world.rank != 0) return all;
+  for (size_t r = 0; r < dead_seen.size(); ++r)
+    if (dead_seen[r]) m.declare_dead(int(r));
+  all = trainers;
+  all.resize(size_t(m.world.size));
+  for (int r = m.world.num_trainers; r < m.world.size; ++r) {
+    all[size_t(r)].rank = r;
+    all[size_t(r)].reported = 0;
+    all[size_t(r)].stood_down = m.liveness.down[size_t(r)] && std::find(m.liveness.live_at_start.begin(), m.liveness.live_at_start.end(), r) == m.liveness.live_at_start.end();
+  }
+  std::vector<int> missing;
+  for (int r : m.liveness.live_at_start)
+    if (!m.liveness.dead[size_t(r)]) missing.push_back(r);
+  IdleBackoff wait_backoff;
+  double deadline = now_s() + m.opt.failure_timeout_s;
+  while (!missing.empty()) {
+    CtrlMsg msg;
+    if (!m.liveness.early_reports.empty()) {
+      msg = std::move(m.liveness.early_reports.front());
+      m.liveness.early_reports.pop_front();
+    } else if (!m.transport->poll(&msg)) {
+      m.transport->progress();
+      if (now_s() > deadline) {  // silent past the failure timeout: dead
+        for (int r : missing) m.declare_dead(r);
+        break;
+      }
+      wait_backoff.pause();
+      continue;
+    }
+    if (msg.type == kMsgDone || msg.type == kMsgRequest) continue;  // late traffic of a dead peer's replica
+    if (msg.type == kMsgJoin) {
+      m.absorb_join(std::move(msg));
+      continue;
+    }
+    if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) || msg.from < m.world.num_trainers)
+      throw Error("rank 0: unexpected message " + std::to_string(msg.type) + " from rank " + std::to_string(msg.from) +
+                  " while collecting reports");
+    std::memcpy(&all[size_t(msg.from)], msg.payload.data(), sizeof(RankStats));
+    m.beat();
+    missing.erase(std::remove(missing.begin(), missing.end(), msg.from), missing.end());
+    deadline = now_s() + m.opt.failure_timeout_s;
+  }
+  m.take_down_replicas();
+  return all;
+}
+
+}  // namespace shardsync
