@@ -10,7 +10,7 @@ MPIRUN      ?= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun 
 FUZZ_SECONDS ?= 20
 # Sanitizer and fuzz builds: host-only code (no CUDA), separate build directories.
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
-UNIT_TESTS  := test_model test_layout test_tensor test_plan test_kernels test_sim test_pipeline
+UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
 .PHONY: all deps configure build run test test-main test-asan test-tsan test-fuzz perf-check perf-calibrate clean format
 

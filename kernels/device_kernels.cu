@@ -1,6 +1,6 @@
-// device_kernels.cu: the CUDA device (lib/engine/device.hpp) and its batched kernels.
+// device_kernels.cu: the CUDA device (lib/device/device.hpp) and its batched kernels.
 // CPU twins: execute_copy (lib/tensor/view.cpp), cpu_synth and cpu_verify
-// (lib/engine/cpu_device.cpp); tests/kernels compare the two on random jobs.
+// (lib/device/cpu_device.cpp); tests/kernels compare the two on random jobs.
 //
 //   build/tests/test_kernels --gtest_filter='Kernels.*'   # skips without a GPU
 #include <cuda_runtime.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "engine/device.hpp"
-#include "engine/synth_hash.hpp"
+#include "device/device.hpp"
+#include "device/synth_hash.hpp"
 #include "common/check.hpp"
 #include "strided.cuh"
 

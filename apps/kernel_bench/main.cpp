@@ -17,7 +17,7 @@
 
 #include "common/error.hpp"
 #include "common/table.hpp"
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
 #include "layout/parse.hpp"

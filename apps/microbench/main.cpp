@@ -26,7 +26,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "engine/device.hpp"
+#include "device/device.hpp"
+#include "device/fast_copy.hpp"
 #include "engine/engine.hpp"
 #include "engine/schedule.hpp"
 #include "layout/parse.hpp"

@@ -7,7 +7,7 @@
 
 #include "commands.hpp"
 #include "engine/collectives.hpp"
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "transport/transport.hpp"
 
 namespace shardsync {

@@ -13,53 +13,71 @@
 
 #include "common/error.hpp"
 #include "common/table.hpp"
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "plan/store.hpp"
 #include "report/result.hpp"
 
 namespace shardsync {
 
-void progress_line(const std::string& line) { std::cerr << line + "\n" << std::flush; }
+void progress_line(const std::string& line) {
+  std::cerr << line + "\n" << std::flush;
+}
 
 void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
   add_layout_options(app, &o->setup);
-  app->add_option("--memory", o->memory, "Where weights and buffers live: host, or cuda (one GPU per rank where "
-                                         "there are enough; trainers on the first half of a node's GPUs)")
+  app->add_option("--memory", o->memory,
+                  "Where weights and buffers live: host, or cuda (one GPU per rank where "
+                  "there are enough; trainers on the first half of a node's GPUs)")
       ->check(CLI::IsMember({"host", "cuda"}))
       ->capture_default_str();
-  app->add_option("--plans", o->plans_file, "Load plans from this HDF5 file (shardsync plan record) instead of recording");
-  app->add_option("--send-buffer", o->engine.send_buffer_bytes, "Trainer's registered send buffer (e.g. 64M)")
+  app->add_option("--plans", o->plans_file,
+                  "Load plans from this HDF5 file (shardsync plan record) instead of recording");
+  app->add_option("--send-buffer", o->engine.send_buffer_bytes,
+                  "Trainer's registered send buffer (e.g. 64M)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app->add_option("--recv-buffer", o->engine.recv_buffer_bytes, "Inference rank's registered receive buffer (e.g. 16M)")
+  app->add_option("--recv-buffer", o->engine.recv_buffer_bytes,
+                  "Inference rank's registered receive buffer (e.g. 16M)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app->add_option("--chunk", o->engine.chunk_bytes, "Largest packed chunk (capped at half of each buffer)")
+  app->add_option("--chunk", o->engine.chunk_bytes,
+                  "Largest packed chunk (capped at half of each buffer)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app->add_flag("!--no-verify", o->engine.verify, "Skip verification (pure timing; never the default)");
+  app->add_flag("!--no-verify", o->engine.verify,
+                "Skip verification (pure timing; never the default)");
   app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
   app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
   app->add_option("--rendezvous", o->engine.rendezvous,
-                  "Directory (shared by the job's nodes) where trainer ranks publish how to reach them, so that a "
-                  "replacement process (shardsync join) can take a dead inference rank's place; needs the ucx transport");
+                  "Directory (shared by the job's nodes) where trainer ranks publish how to reach "
+                  "them, so that a "
+                  "replacement process (shardsync join) can take a dead inference rank's place; "
+                  "needs the ucx transport");
 }
 
-void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<EngineKind>& default_engines) {
+void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
+                          const std::vector<EngineKind>& default_engines) {
   add_data_path_options(app, o);
   add_engine_option(app, &o->engines, default_engines);
   std::string transports;
-  for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ", ") + t.name;
-  app->add_option("--syncs,-n", o->syncs, "Timed syncs per engine")->check(CLI::Range(1, 1000000))->capture_default_str();
-  app->add_option("--warmup,-w", o->warmup, "Warm-up syncs per engine, excluded from averages (the first is cold)")
+  for (const auto& t : transport_registry())
+    transports += (transports.empty() ? "" : ", ") + t.name;
+  app->add_option("--syncs,-n", o->syncs, "Timed syncs per engine")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app->add_option("--warmup,-w", o->warmup,
+                  "Warm-up syncs per engine, excluded from averages (the first is cold)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app->add_option("--transport", o->transport,
-                  "Transport for pulls and control messages: auto (cuda_ipc for GPU memory, else the first "
-                  "built), or one of: " + transports)
+  app->add_option(
+         "--transport", o->transport,
+         "Transport for pulls and control messages: auto (cuda_ipc for GPU memory, else the first "
+         "built), or one of: " +
+             transports)
       ->capture_default_str();
   app->add_option("--measure-link", o->link_iters,
-                  "Before the engines, time this many reads of trainer rank 0's send buffer by inference rank 0 "
+                  "Before the engines, time this many reads of trainer rank 0's send buffer by "
+                  "inference rank 0 "
                   "over the same transport (the path's raw copy bandwidth)")
       ->check(CLI::Range(0, 100000));
   app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
@@ -69,23 +87,33 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<En
                   "Pipelined engines (v3, v4): weight groups a trainer rank may work on at once")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app->add_option("--failure-timeout", o->engine.failure_timeout_s,
-                  "Seconds a trainer waits on a silent inference rank before declaring it dead (its replica "
-                  "then goes down; sharded engines only: a broadcast is a collective and cannot survive)")
+  app->add_option(
+         "--failure-timeout", o->engine.failure_timeout_s,
+         "Seconds a trainer waits on a silent inference rank before declaring it dead (its replica "
+         "then goes down; sharded engines only: a broadcast is a collective and cannot survive)")
       ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   app->add_option("--stall-timeout", o->engine.stall_timeout_s,
-                  "Seconds without progress after which a rank inside the run exits (status 4) instead of hanging: "
-                  "the death of a trainer rank, or of any rank during a broadcast, cannot be survived; 0: never")
+                  "Seconds without progress after which a rank inside the run exits (status 4) "
+                  "instead of hanging: "
+                  "the death of a trainer rank, or of any rank during a broadcast, cannot be "
+                  "survived; 0: never")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
-  app->add_option("--inject-corrupt", o->engine.corrupt_at_sync, "Test hook: flip one received bit at this sync")
+  app->add_option("--inject-corrupt", o->engine.corrupt_at_sync,
+                  "Test hook: flip one received bit at this sync")
       ->group("Testing");
-  app->add_option("--fail-at", o->fail_at, "Test hook: sync=K,rank=R: inference world rank R kills itself mid-sync K")
+  app->add_option("--fail-at", o->fail_at,
+                  "Test hook: sync=K,rank=R: inference world rank R kills itself mid-sync K")
       ->group("Testing");
-  app->add_option("--slow-rank", o->engine.slow_rank, "Test hook: this world rank sleeps after every chunk")->group("Testing");
-  app->add_option("--slow-ms", o->engine.slow_ms, "Test hook: milliseconds the slow rank sleeps per chunk")->group("Testing");
-  app->add_option("--inject-stale", o->engine.stale_at_sync, "Test hook: keep one trainer tensor stale at this sync")
+  app->add_option("--slow-rank", o->engine.slow_rank,
+                  "Test hook: this world rank sleeps after every chunk")
+      ->group("Testing");
+  app->add_option("--slow-ms", o->engine.slow_ms,
+                  "Test hook: milliseconds the slow rank sleeps per chunk")
+      ->group("Testing");
+  app->add_option("--inject-stale", o->engine.stale_at_sync,
+                  "Test hook: keep one trainer tensor stale at this sync")
       ->group("Testing");
 }
 
@@ -131,8 +159,8 @@ int assign_gpu(const World& w) {
   return w.trainer ? index % half : half + index % (g - half);
 }
 
-void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& transport, const std::string& device,
-                    MPI_Comm comm) {
+void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& transport,
+                    const std::string& device, MPI_Comm comm) {
   RankInfo mine{};
   std::snprintf(mine.device, sizeof mine.device, "%s", device.c_str());
   mine.rank = w.rank;
@@ -157,22 +185,34 @@ void print_rank_map(const World& w, const ResolvedSetup& s, const std::string& t
   std::vector<RankInfo> all(size_t(w.rank == 0 ? w.size : 0));
   MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, comm));
   if (w.rank != 0) return;
-  Table t({{"rank", ""}, {"role", "", true}, {"replica", ""}, {"local", ""}, {"tp", ""}, {"pp", ""}, {"dp", ""},
-           {"ep", ""}, {"host", "", true}, {"device", "", true}, {"transport", "", true}});
-  t.add_title("rank map: trainer " + s.trainer->layout().describe() + " (" + std::to_string(s.trainer->world_size()) +
-              " ranks) -> inference " + s.inference->layout().describe() + " (" +
-              std::to_string(s.inference->world_size()) + " ranks)");
+  Table t({{"rank", ""},
+           {"role", "", true},
+           {"replica", ""},
+           {"local", ""},
+           {"tp", ""},
+           {"pp", ""},
+           {"dp", ""},
+           {"ep", ""},
+           {"host", "", true},
+           {"device", "", true},
+           {"transport", "", true}});
+  t.add_title("rank map: trainer " + s.trainer->layout().describe() + " (" +
+              std::to_string(s.trainer->world_size()) + " ranks) -> inference " +
+              s.inference->layout().describe() + " (" + std::to_string(s.inference->world_size()) +
+              " ranks)");
   for (const RankInfo& r : all) {
     auto opt = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
-    t.add_row({fmt_int(r.rank), r.trainer ? "trainer" : "inference", opt(r.replica), opt(r.local), fmt_int(r.tp),
-               fmt_int(r.pp), fmt_int(r.dp), opt(r.ep), r.host, r.device, transport});
+    t.add_row({fmt_int(r.rank), r.trainer ? "trainer" : "inference", opt(r.replica), opt(r.local),
+               fmt_int(r.tp), fmt_int(r.pp), fmt_int(r.dp), opt(r.ep), r.host, r.device,
+               transport});
   }
   t.print(std::cout);
   std::cout.flush();
 }
 
 // Names the first mismatch of a rank for the error message.
-std::string describe_mismatch(const RankStats& r, const World& w, const ResolvedSetup& s, const std::vector<RankPlan>& plans) {
+std::string describe_mismatch(const RankStats& r, const World& w, const ResolvedSetup& s,
+                              const std::vector<RankPlan>& plans) {
   int inf_rank = r.rank - w.num_trainers;
   const RankPlan& p = plans[size_t(s.inference->coord(inf_rank).local)];
   std::string param = r.bad_param >= 0 ? p.params[size_t(r.bad_param)].name : "?";
@@ -183,9 +223,301 @@ std::string describe_mismatch(const RankStats& r, const World& w, const Resolved
     for_each_index(e.copy, [&](int64_t, int64_t d) { hit = hit || d == r.bad_index; });
     if (hit) hf = e.is_fill() ? "(padding)" : s.model->param(e.hf_param).name;
   }
-  return "rank " + std::to_string(r.rank) + " (inference rank " + std::to_string(inf_rank) + "): " +
-         std::to_string(r.mismatches) + " wrong elements; first in " + param + " (from " + hf + ") at element " +
-         std::to_string(r.bad_index);
+  return "rank " + std::to_string(r.rank) + " (inference rank " + std::to_string(inf_rank) +
+         "): " + std::to_string(r.mismatches) + " wrong elements; first in " + param + " (from " +
+         hf + ") at element " + std::to_string(r.bad_index);
+}
+
+// Ranks of this job on this rank's node (idle polling sleeps only where they outnumber cores).
+int ranks_on_my_node() {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 1;
+  MPI_CHECK(MPI_Comm_size(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return local;
+}
+
+// Everything a run needs that every rank works out before the engines start.
+struct RunSetup {
+  ResolvedSetup s;
+  std::vector<RankPlan> plans;
+  SyncOptions engine;
+  std::string transport;
+  double plan_s = 0;
+};
+
+// What rank 0 collects over the engines of a run.
+struct RunLog {
+  std::vector<EngineRun> runs;
+  nlohmann::json events = nlohmann::json::array();  // failures and rejoins, in order
+  std::vector<int> was_down;                        // replicas down after the last sync
+  std::string failure;                              // the first verification failure
+  uint64_t version = 1;                             // weights version of the next sync
+};
+
+bool all_on_one_node(int rank, int size) {
+  char host[64] = {};
+  std::snprintf(host, sizeof host, "%s", host_name(rank).c_str());
+  std::vector<char> hosts(size_t(size) * sizeof host);
+  MPI_CHECK(MPI_Allgather(host, sizeof host, MPI_CHAR, hosts.data(), sizeof host, MPI_CHAR,
+                          MPI_COMM_WORLD));
+  for (int r = 1; r < size; ++r)
+    if (std::strncmp(hosts.data(), hosts.data() + r * sizeof host, sizeof host) != 0) return false;
+  return true;
+}
+
+// Every rank parses, resolves and validates, then records (or loads) the plans; returns the
+// error, "" when there is none.
+std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
+  rs->engine = o.engine;
+  rs->engine.memory = o.memory == "cuda" ? MemKind::kCuda : MemKind::kHost;
+  rs->transport = o.transport;
+  const bool one_node = all_on_one_node(rank, size);
+  try {
+    if (rs->transport == "auto") rs->transport = choose_transport(rs->engine.memory, one_node);
+    rs->engine.transport = rs->transport;
+    rs->s = resolve_setup(o.setup);
+    int need = rs->s.trainer->world_size() + rs->s.inference->world_size();
+    if (size != need)
+      throw InputError("mpirun", "-np " + std::to_string(size),
+                       "the layouts need " + std::to_string(need) + " ranks: trainer " +
+                           rs->s.trainer->layout().describe() + " = " +
+                           std::to_string(rs->s.trainer->world_size()) + ", inference " +
+                           rs->s.inference->layout().describe() + " = " +
+                           std::to_string(rs->s.inference->world_size()));
+    if (o.memory == "cuda") {
+      if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
+      if (cuda_device_count() == 0)
+        throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
+    }
+    auto probe_transport = make_transport(rs->transport);  // validates the name
+    if (!o.engine.rendezvous.empty()) {
+      if (!probe_transport->supports_rejoin())
+        throw InputError("--rendezvous", o.engine.rendezvous,
+                         "rejoin needs --transport ucx (this run uses " + rs->transport + ")");
+      if (access(o.engine.rendezvous.c_str(), W_OK | X_OK) != 0)
+        throw InputError(o.engine.rendezvous, "--rendezvous", "not a writable directory");
+    }
+    if (!o.fail_at.empty()) {
+      if (!probe_transport->supports_rejoin())
+        throw InputError(
+            "--fail-at", o.fail_at,
+            "surviving a failure needs --transport ucx (this run uses " + rs->transport + ")");
+      int k = -1, r = -1;
+      if (std::sscanf(o.fail_at.c_str(), "sync=%d,rank=%d", &k, &r) != 2 || k < 0 ||
+          r < rs->s.trainer->world_size() || r >= size)
+        throw InputError("--fail-at", o.fail_at,
+                         "expected sync=K,rank=R with R an inference rank (" +
+                             std::to_string(rs->s.trainer->world_size()) + ".." +
+                             std::to_string(size - 1) + ")");
+      rs->engine.fail_at_sync = k;
+      rs->engine.fail_rank = r;
+    }
+    if (!o.json_out.empty() && rank == 0) {  // fail now, not after the run
+      std::ofstream probe(o.json_out, std::ios::app);
+      if (!probe)
+        throw InputError(o.json_out, "(output)",
+                         "cannot write the JSON result (directory missing or not writable)");
+    }
+    double t0 = MPI_Wtime();
+    if (!o.plans_file.empty())
+      rs->plans = read_plans(o.plans_file, *rs->s.model, *rs->s.inference).plans;
+    else
+      rs->plans = record_plans(*rs->s.model, *rs->s.inference);
+    rs->plan_s = MPI_Wtime() - t0;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rank 0's header lines: set-up times, data path, buffers, failure tolerance.
+void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines& engines,
+                      double reg_s) {
+  std::cout << "# model " << rs.s.model->name() << " ("
+            << fmt_human_bytes(rs.s.model->total_bytes()) << "), plans "
+            << (o.plans_file.empty() ? "recorded" : "loaded from " + o.plans_file) << " in "
+            << fmt_fixed(rs.plan_s, 3) << " s, registration " << fmt_fixed(reg_s, 3)
+            << " s, transport " << engines.transport_description() << ", collectives "
+            << engines.collectives_description() << "\n# send buffer "
+            << fmt_human_bytes(rs.engine.send_buffer_bytes) << ", receive buffer "
+            << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk "
+            << fmt_human_bytes(o.engine.effective_chunk_bytes()) << ", inflight "
+            << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
+  // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
+  auto mca_is = [](const char* name, const char* want) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, want) == 0;
+  };
+  bool mca = mca_is("OMPI_MCA_orte_enable_recovery", "1") &&
+             mca_is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
+             mca_is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
+  bool ucx = rs.transport == "ucx";
+  std::cout << "# failure tolerance: "
+            << (mca && ucx ? "on, a silent inference rank is declared dead after " +
+                                 fmt_fixed(o.engine.failure_timeout_s, 1) +
+                                 " s and its replica goes down (sharded engines)" +
+                                 (o.engine.rendezvous.empty()
+                                      ? ""
+                                      : "; replacements join through " + o.engine.rendezvous)
+                : !mca
+                    ? std::string("off, mpirun ends the job if a rank dies (README: failure model)")
+                    : "off, transport " + rs.transport + " has no failure handling (use ucx)")
+            << "\n";
+}
+
+// One engine's warm-up and timed syncs; rank 0 gathers every rank's stats, logs failures
+// and rejoins, and prints progress.
+void run_engine(EngineKind kind, const SyncRunOptions& o, Engines& engines, const World& w,
+                const RunSetup& rs, RunLog& log) {
+  const std::string name = engine_name(kind);
+  EngineRun run;
+  run.engine = name;
+  run.warmup = o.warmup;
+  for (int k = 0; k < o.warmup + o.syncs; ++k) {
+    RankStats mine = engines.sync(kind, k, log.version++);
+    std::vector<RankStats> all = engines.collect(mine);
+    if (w.rank != 0) continue;  // a consumer whose replica is down keeps step, waiting
+    std::string state;
+    for (const RejoinEvent& ev : engines.last_rejoins()) {
+      state += ", rank " + std::to_string(ev.rank) + " replaced" +
+               (ev.replica_up ? " (replica " + std::to_string(ev.replica) + " up again)" : "");
+      log.events.push_back({{"event", "rejoin"},
+                            {"engine", name},
+                            {"sync", k},
+                            {"version", ev.version},
+                            {"rank", ev.rank},
+                            {"replica", ev.replica},
+                            {"replica_up", ev.replica_up}});
+    }
+    std::vector<int> now_down = engines.down_replicas();
+    for (int rep : now_down)
+      if (std::find(log.was_down.begin(), log.was_down.end(), rep) == log.was_down.end())
+        log.events.push_back({{"event", "replica_down"},
+                              {"engine", name},
+                              {"sync", k},
+                              {"version", log.version - 1},
+                              {"replica", rep}});
+    log.was_down = now_down;
+    for (int rep : now_down)
+      state += (state.find("replicas down") == std::string::npos ? ", replicas down: " : ",") +
+               std::to_string(rep);
+    if (mine.skipped) {
+      if (!o.quiet)
+        progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" +
+                      std::to_string(o.warmup + o.syncs) +
+                      ": skipped (a rank has died; a broadcast is a collective over every rank)" +
+                      state);
+      if (k < o.warmup) --run.warmup;
+      continue;
+    }
+    double t = 0;
+    int64_t wrong = 0;
+    for (const RankStats& r : all) {
+      t = std::max(t, r.total_s);
+      wrong += r.mismatches;
+      if (r.mismatches > 0 && log.failure.empty())
+        log.failure = "verification failed in " + name + " sync " + std::to_string(k) +
+                      " (weights version " + std::to_string(log.version - 1) +
+                      "): " + describe_mismatch(r, w, rs.s, rs.plans);
+    }
+    if (!o.quiet)
+      progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" +
+                    std::to_string(o.warmup + o.syncs) + (k < o.warmup ? " (warm-up)" : "") + ": " +
+                    fmt_fixed(t, 6) + " s, " + std::to_string(wrong) + " wrong" + state);
+    run.syncs.push_back(std::move(all));
+    if (!log.failure.empty()) break;
+  }
+
+  if (w.rank == 0) {
+    if (run.syncs.size() > size_t(std::max(run.warmup, 0)))
+      log.runs.push_back(std::move(run));
+    else
+      std::cout << "# " << name
+                << ": every sync skipped (a rank died before it; a broadcast needs every rank)\n";
+  }
+}
+
+// Rank 0: replica completion, failures, the comparison table, the JSON result.
+void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const RunLog& log,
+            double link_gbps, double reg_s, int argc, char** argv, int size) {
+  std::vector<EngineSummary> rows;
+  for (const auto& r : log.runs) rows.push_back(summarize(r));
+  auto is_down = [&](int rep) {
+    for (int d : engines.down_replicas())
+      if (d == rep) return true;
+    return false;
+  };
+  for (const auto& r : log.runs) {
+    std::string line;
+    std::vector<double> rc = replica_completion(r, rs.s.trainer->world_size());
+    for (size_t rep = 0; rep < rc.size(); ++rep)
+      line += " r" + std::to_string(rep) + " " +
+              (rc[rep] < 0 ? std::string("-") : fmt_fixed(rc[rep], 6)) +
+              (is_down(int(rep)) ? " (before it went down)" : "");
+    std::cout << "# " << r.engine << " replica completion (s, mean over timed syncs):" << line
+              << "\n";
+  }
+  if (!log.events.empty()) {
+    std::string list;
+    for (const auto& ev : log.events)
+      list +=
+          std::string(list.empty() ? "" : "; ") +
+          (ev["event"] == "rejoin" ? "rank " + std::to_string(int(ev["rank"])) + " replaced"
+                                   : "replica " + std::to_string(int(ev["replica"])) + " down") +
+          " at " + std::string(ev["engine"]) + " sync " + std::to_string(int(ev["sync"]) + 1);
+    auto d = engines.down_replicas();
+    std::string down;
+    for (int rep : d) down += (down.empty() ? "" : ",") + std::to_string(rep);
+    std::cout << "# failures: " << list << "; "
+              << (d.empty() ? "every replica up at the end"
+                            : "replicas " + down + " down at the end")
+              << "; every sync of every live replica verified\n";
+  }
+  if (link_gbps > 0)
+    std::cout << "# pull path raw bandwidth (inference rank 0 reading trainer rank 0, "
+              << rs.transport << "): " << fmt_fixed(link_gbps, 2) << " GB/s\n";
+  print_summary_table(std::cout, rows,
+                      "model " + rs.s.model->name() + ", " + std::to_string(o.syncs) +
+                          " timed syncs after " + std::to_string(o.warmup) +
+                          " warm-up, time = slowest rank per sync, averaged",
+                      link_gbps);
+  std::cout.flush();
+  if (!o.json_out.empty()) {
+    nlohmann::json j = provenance(argc, argv);
+    j["config"] = {{"model", rs.s.model->name()},
+                   {"model_source", rs.s.model->config().source},
+                   {"layout", rs.s.layout_name},
+                   {"trainer", rs.s.trainer->layout().describe()},
+                   {"inference", rs.s.inference->layout().describe()},
+                   {"replicas", rs.s.inference->layout().replicas},
+                   {"ranks", size},
+                   {"transport", engines.transport_description()},
+                   {"memory", o.memory},
+                   {"send_buffer_bytes", o.engine.send_buffer_bytes},
+                   {"recv_buffer_bytes", o.engine.recv_buffer_bytes},
+                   {"chunk_bytes", o.engine.effective_chunk_bytes()},
+                   {"bucket_bytes", o.engine.bucket_bytes},
+                   {"inflight", o.engine.inflight},
+                   {"verify", o.engine.verify},
+                   {"syncs", o.syncs},
+                   {"warmup", o.warmup},
+                   {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};
+    j["setup"] = {{"plan_s", rs.plan_s}, {"registration_s", reg_s}};
+    j["replicas_down"] = engines.down_replicas();
+    j["events"] = log.events;
+    j["memory"] = o.memory;
+    j["device_rank0"] = engines.device_description();
+    j["collectives_rank0"] = engines.collectives_description();
+    if (link_gbps > 0) j["link_gbps"] = link_gbps;
+    j["model_bytes"] = rs.s.model->total_bytes();
+    for (const auto& r : log.runs) j["engines"].push_back(run_json(r));
+    if (!log.failure.empty()) j["failure"] = log.failure;
+    std::ofstream out(o.json_out);
+    out << j.dump(1) << "\n";
+    if (!out) throw InputError(o.json_out, "(output)", "cannot write the JSON result");
+  }
 }
 
 }  // namespace
@@ -196,247 +528,35 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-
-  // ---- set-up: every rank parses, resolves and records (or loads) the plans -------------------
-  ResolvedSetup s;
-  std::vector<RankPlan> plans;
-  std::string setup_error;
-  double plan_s = 0;
-  SyncOptions engine_opts = o.engine;
-  std::string transport_name = o.transport;
-  // auto: CUDA IPC when every rank is on one node; else, per peer pair, CUDA IPC within a
-  // node and UCX (which must report CUDA memory support) across nodes; host memory uses the
-  // first transport built.
-  char host[64] = {};
-  std::snprintf(host, sizeof host, "%s", host_name(rank).c_str());
-  std::vector<char> hosts(size_t(size) * sizeof host);
-  MPI_Allgather(host, sizeof host, MPI_CHAR, hosts.data(), sizeof host, MPI_CHAR, MPI_COMM_WORLD);
-  bool one_node = true;
-  for (int r = 1; r < size; ++r) one_node = one_node && std::strncmp(hosts.data(), hosts.data() + r * sizeof host, sizeof host) == 0;
-  if (transport_name == "auto")
-    transport_name = o.memory == "cuda" ? (one_node ? "cuda_ipc" : "cuda_ipc+ucx") : default_transport_name();
-  engine_opts.transport = transport_name;
-  engine_opts.memory = o.memory == "cuda" ? MemKind::kCuda : MemKind::kHost;
-  try {
-    s = resolve_setup(o.setup);
-    int need = s.trainer->world_size() + s.inference->world_size();
-    if (size != need)
-      throw InputError("mpirun", "-np " + std::to_string(size),
-                       "the layouts need " + std::to_string(need) + " ranks: trainer " + s.trainer->layout().describe() +
-                           " = " + std::to_string(s.trainer->world_size()) + ", inference " +
-                           s.inference->layout().describe() + " = " + std::to_string(s.inference->world_size()));
-    if (o.memory == "cuda") {
-      if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
-      if (cuda_device_count() == 0) throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
-    }
-    auto probe_transport = make_transport(transport_name);  // validates the name
-    if (!o.engine.rendezvous.empty()) {
-      if (!probe_transport->supports_rejoin())
-        throw InputError("--rendezvous", o.engine.rendezvous,
-                         "rejoin needs --transport ucx (this run uses " + transport_name + ")");
-      if (access(o.engine.rendezvous.c_str(), W_OK | X_OK) != 0)
-        throw InputError(o.engine.rendezvous, "--rendezvous", "not a writable directory");
-    }
-    if (!o.fail_at.empty()) {
-      if (!probe_transport->supports_rejoin())
-        throw InputError("--fail-at", o.fail_at, "surviving a failure needs --transport ucx (this run uses " + transport_name + ")");
-      int k = -1, r = -1;
-      if (std::sscanf(o.fail_at.c_str(), "sync=%d,rank=%d", &k, &r) != 2 || k < 0 || r < s.trainer->world_size() || r >= size)
-        throw InputError("--fail-at", o.fail_at, "expected sync=K,rank=R with R an inference rank (" +
-                                                     std::to_string(s.trainer->world_size()) + ".." + std::to_string(size - 1) + ")");
-      engine_opts.fail_at_sync = k;
-      engine_opts.fail_rank = r;
-    }
-    if (!o.json_out.empty() && rank == 0) {  // fail now, not after the run
-      std::ofstream probe(o.json_out, std::ios::app);
-      if (!probe) throw InputError(o.json_out, "(output)", "cannot write the JSON result (directory missing or not writable)");
-    }
-    double t0 = MPI_Wtime();
-    if (!o.plans_file.empty()) plans = read_plans(o.plans_file, *s.model, *s.inference).plans;
-    else plans = record_plans(*s.model, *s.inference);
-    plan_s = MPI_Wtime() - t0;
-  } catch (const std::exception& e) {
-    setup_error = e.what();
-  }
-  int failed_rank = setup_error.empty() ? size : rank, first_failed = size;
+  RunSetup rs;
+  const std::string error = set_up(o, rank, size, &rs);
+  int failed_rank = error.empty() ? size : rank, first_failed = size;
   MPI_Allreduce(&failed_rank, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_failed < size) {
-    if (rank == first_failed) std::cerr << "shardsync: error: " << setup_error << "\n";
+  if (first_failed < size) {  // every rank exits; the first that failed says why
+    if (rank == first_failed) std::cerr << "shardsync: error: " << error << "\n";
     MPI_Finalize();
     return 2;
   }
-
-  // ---- the run: any error from here on aborts every rank ------------------------------------------
+  // The run: any error from here on aborts every rank.
   try {
-    World w = World::create(MPI_COMM_WORLD, *s.trainer, *s.inference);
-    {
-      // Idle polling sleeps only where ranks outnumber the node's cores.
-      MPI_Comm node;
-      MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-      int local = 1;
-      MPI_CHECK(MPI_Comm_size(node, &local));
-      MPI_CHECK(MPI_Comm_free(&node));
-      set_idle_sleep_allowed(unsigned(local) > std::max(1u, std::thread::hardware_concurrency()));
-    }
-    if (engine_opts.memory == MemKind::kCuda) engine_opts.gpu = assign_gpu(w);
-    Engines engines(w, *s.model, *s.trainer, *s.inference, plans, engine_opts);
-    double reg_s = engines.bootstrap();
-    print_rank_map(w, s, transport_name, engines.device_description(), MPI_COMM_WORLD);
-    double link_gbps = o.link_iters > 0 ? engines.measure_link(o.link_iters) : 0;
-    if (rank == 0) {
-      std::cout << "# model " << s.model->name() << " (" << fmt_human_bytes(s.model->total_bytes()) << "), plans "
-                << (o.plans_file.empty() ? "recorded" : "loaded from " + o.plans_file) << " in " << fmt_fixed(plan_s, 3)
-                << " s, registration " << fmt_fixed(reg_s, 3) << " s, transport " << engines.transport_description()
-                << ", collectives " << engines.collectives_description()
-                << "\n# send buffer " << fmt_human_bytes(engine_opts.send_buffer_bytes) << ", receive buffer "
-                << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk " << fmt_human_bytes(o.engine.effective_chunk_bytes())
-                << ", inflight " << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
-      // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
-      auto mca_is = [](const char* name, const char* want) {
-        const char* v = std::getenv(name);
-        return v && std::strcmp(v, want) == 0;
-      };
-      bool mca = mca_is("OMPI_MCA_orte_enable_recovery", "1") && mca_is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
-                 mca_is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
-      bool ucx = transport_name == "ucx";
-      std::cout << "# failure tolerance: "
-                << (mca && ucx ? "on, a silent inference rank is declared dead after " + fmt_fixed(o.engine.failure_timeout_s, 1) +
-                                     " s and its replica goes down (sharded engines)" +
-                                     (o.engine.rendezvous.empty() ? "" : "; replacements join through " + o.engine.rendezvous)
-                               : !mca ? std::string("off, mpirun ends the job if a rank dies (README: failure model)")
-                                      : "off, transport " + transport_name + " has no failure handling (use ucx)")
-                << "\n";
-    }
-    std::vector<EngineRun> runs;
-    uint64_t version = 1;
-    std::string failure;
-    nlohmann::json events = nlohmann::json::array();  // rank 0: failures and rejoins, in order
-    std::vector<int> was_down;
+    World w = World::create(MPI_COMM_WORLD, *rs.s.trainer, *rs.s.inference);
+    set_idle_sleep_allowed(unsigned(ranks_on_my_node()) >
+                           std::max(1u, std::thread::hardware_concurrency()));
+    if (rs.engine.memory == MemKind::kCuda) rs.engine.gpu = assign_gpu(w);
+    Engines engines(w, *rs.s.model, *rs.s.trainer, *rs.s.inference, rs.plans, rs.engine);
+    const double reg_s = engines.bootstrap();
+    print_rank_map(w, rs.s, rs.transport, engines.device_description(), MPI_COMM_WORLD);
+    const double link_gbps = o.link_iters > 0 ? engines.measure_link(o.link_iters) : 0;
+    if (rank == 0) print_run_header(o, rs, engines, reg_s);
+    RunLog log;
     for (EngineKind kind : o.engines) {
-      const std::string name = engine_name(kind);
-      EngineRun run;
-      run.engine = name;
-      run.warmup = o.warmup;
-      for (int k = 0; k < o.warmup + o.syncs; ++k) {
-        RankStats mine = engines.sync(kind, k, version++);
-        std::vector<RankStats> all = engines.collect(mine);
-        if (rank != 0) continue;  // a consumer whose replica is down keeps step, waiting
-        std::string state;
-        for (const RejoinEvent& ev : engines.last_rejoins()) {
-          state += ", rank " + std::to_string(ev.rank) + " replaced" +
-                   (ev.replica_up ? " (replica " + std::to_string(ev.replica) + " up again)" : "");
-          events.push_back({{"event", "rejoin"}, {"engine", name}, {"sync", k}, {"version", ev.version}, {"rank", ev.rank},
-                            {"replica", ev.replica}, {"replica_up", ev.replica_up}});
-        }
-        std::vector<int> now_down = engines.down_replicas();
-        for (int rep : now_down)
-          if (std::find(was_down.begin(), was_down.end(), rep) == was_down.end())
-            events.push_back({{"event", "replica_down"}, {"engine", name}, {"sync", k}, {"version", version - 1}, {"replica", rep}});
-        was_down = now_down;
-        for (int rep : now_down) state += (state.find("replicas down") == std::string::npos ? ", replicas down: " : ",") + std::to_string(rep);
-        if (mine.skipped) {
-          if (!o.quiet)
-            progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" + std::to_string(o.warmup + o.syncs) +
-                          ": skipped (a rank has died; a broadcast is a collective over every rank)" + state);
-          if (k < o.warmup) --run.warmup;
-          continue;
-        }
-        double t = 0;
-        int64_t wrong = 0;
-        for (const RankStats& r : all) {
-          t = std::max(t, r.total_s);
-          wrong += r.mismatches;
-          if (r.mismatches > 0 && failure.empty())
-            failure = "verification failed in " + name + " sync " + std::to_string(k) + " (weights version " +
-                      std::to_string(version - 1) + "): " + describe_mismatch(r, w, s, plans);
-        }
-        if (!o.quiet)
-          progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" + std::to_string(o.warmup + o.syncs) +
-                        (k < o.warmup ? " (warm-up)" : "") + ": " + fmt_fixed(t, 6) + " s, " + std::to_string(wrong) +
-                        " wrong" + state);
-        run.syncs.push_back(std::move(all));
-        if (!failure.empty()) break;
-      }
-      if (rank == 0) {
-        if (run.syncs.size() > size_t(std::max(run.warmup, 0))) runs.push_back(std::move(run));
-        else std::cout << "# " << name << ": every sync skipped (a rank died before it; a broadcast needs every rank)\n";
-      }
-      if (!failure.empty()) break;
+      run_engine(kind, o, engines, w, rs, log);
+      if (!log.failure.empty()) break;
     }
     if (rank == 0) {
-      std::vector<EngineSummary> rows;
-      for (const auto& r : runs) rows.push_back(summarize(r));
-      auto is_down = [&](int rep) {
-        for (int d : engines.down_replicas())
-          if (d == rep) return true;
-        return false;
-      };
-      for (const auto& r : runs) {
-        std::string line;
-        std::vector<double> rc = replica_completion(r, s.trainer->world_size());
-        for (size_t rep = 0; rep < rc.size(); ++rep)
-          line += " r" + std::to_string(rep) + " " + (rc[rep] < 0 ? std::string("-") : fmt_fixed(rc[rep], 6)) +
-                  (is_down(int(rep)) ? " (before it went down)" : "");
-        std::cout << "# " << r.engine << " replica completion (s, mean over timed syncs):" << line << "\n";
-      }
-      if (!events.empty()) {
-        std::string list;
-        for (const auto& ev : events)
-          list += std::string(list.empty() ? "" : "; ") +
-                  (ev["event"] == "rejoin" ? "rank " + std::to_string(int(ev["rank"])) + " replaced"
-                                           : "replica " + std::to_string(int(ev["replica"])) + " down") +
-                  " at " + std::string(ev["engine"]) + " sync " + std::to_string(int(ev["sync"]) + 1);
-        auto d = engines.down_replicas();
-        std::string down;
-        for (int rep : d) down += (down.empty() ? "" : ",") + std::to_string(rep);
-        std::cout << "# failures: " << list << "; "
-                  << (d.empty() ? "every replica up at the end" : "replicas " + down + " down at the end")
-                  << "; every sync of every live replica verified\n";
-      }
-      if (link_gbps > 0)
-        std::cout << "# pull path raw bandwidth (inference rank 0 reading trainer rank 0, " << transport_name
-                  << "): " << fmt_fixed(link_gbps, 2) << " GB/s\n";
-      print_summary_table(std::cout, rows,
-                          "model " + s.model->name() + ", " + std::to_string(o.syncs) + " timed syncs after " +
-                              std::to_string(o.warmup) + " warm-up, time = slowest rank per sync, averaged",
-                          link_gbps);
-      std::cout.flush();
-      if (!o.json_out.empty()) {
-        nlohmann::json j = provenance(argc, argv);
-        j["config"] = {{"model", s.model->name()},
-                       {"model_source", s.model->config().source},
-                       {"layout", s.layout_name},
-                       {"trainer", s.trainer->layout().describe()},
-                       {"inference", s.inference->layout().describe()},
-                       {"replicas", s.inference->layout().replicas},
-                       {"ranks", size},
-                       {"transport", engines.transport_description()},
-                       {"memory", o.memory},
-                       {"send_buffer_bytes", o.engine.send_buffer_bytes},
-                       {"recv_buffer_bytes", o.engine.recv_buffer_bytes},
-                       {"chunk_bytes", o.engine.effective_chunk_bytes()},
-                       {"bucket_bytes", o.engine.bucket_bytes},
-                       {"inflight", o.engine.inflight},
-                       {"verify", o.engine.verify},
-                       {"syncs", o.syncs},
-                       {"warmup", o.warmup},
-                       {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};
-        j["setup"] = {{"plan_s", plan_s}, {"registration_s", reg_s}};
-        j["replicas_down"] = engines.down_replicas();
-        j["events"] = events;
-        j["memory"] = o.memory;
-        j["device_rank0"] = engines.device_description();
-        j["collectives_rank0"] = engines.collectives_description();
-        if (link_gbps > 0) j["link_gbps"] = link_gbps;
-        j["model_bytes"] = s.model->total_bytes();
-        for (const auto& r : runs) j["engines"].push_back(run_json(r));
-        if (!failure.empty()) j["failure"] = failure;
-        std::ofstream out(o.json_out);
-        out << j.dump(1) << "\n";
-        if (!out) throw InputError(o.json_out, "(output)", "cannot write the JSON result");
-      }
-      if (!failure.empty()) {
-        std::cerr << "shardsync: error: " << failure << "\n";
+      report(o, rs, engines, log, link_gbps, reg_s, argc, argv, size);
+      if (!log.failure.empty()) {
+        std::cerr << "shardsync: error: " << log.failure << "\n";
         abort_job(3);
       }
     }

@@ -16,7 +16,8 @@ std::string where_am_i() {
 }
 
 void throw_call_error(const std::string& detail, const char* call, const char* file, int line) {
-  throw Error(where_am_i() + " " + file + ":" + std::to_string(line) + " " + call + " -> " + detail);
+  throw Error(where_am_i() + " " + file + ":" + std::to_string(line) + " " + call + " -> " +
+              detail);
 }
 
 }  // namespace shardsync

@@ -22,6 +22,14 @@ std::vector<int64_t> bucket_layout(const ModelSpec& model, const Unit& u, int64_
   return off;
 }
 
+// The bucket buffer, grown to hold `bytes` (staging counted).
+void grow_bucket(DeviceBuffer& bucket, int64_t bytes, Device* device, StagingMeter& meter) {
+  if (bucket.size() >= bytes) return;
+  meter.sub(bucket.size());
+  bucket = DeviceBuffer(device, bytes);
+  meter.add(bytes);
+}
+
 }  // namespace
 
 RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
@@ -44,11 +52,7 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
     if (world.rank == 0) {
       int64_t total = 0;
       std::vector<int64_t> off = bucket_layout(model, u, &total);
-      if (bucket.size() < total) {
-        meter.sub(bucket.size());
-        bucket = DeviceBuffer(device.get(), total);
-        meter.add(total);
-      }
+      grow_bucket(bucket, total, device.get(), meter);
       {
         PhaseTimer t(st.pack_s);
         for (size_t i = 0; i < u.tensors.size(); ++i)
@@ -94,11 +98,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   for (const Unit& u : sched.units) {
     int64_t total = 0;
     std::vector<int64_t> off = bucket_layout(model, u, &total);
-    if (bucket.size() < total) {
-      meter.sub(bucket.size());
-      bucket = DeviceBuffer(device.get(), total);
-      meter.add(total);
-    }
+    grow_bucket(bucket, total, device.get(), meter);
     {
       PhaseTimer t(st.transfer_s);
       bcast_comm->bcast(bucket.data(), total, 0);

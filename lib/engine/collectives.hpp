@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "device/device.hpp"
 
 namespace shardsync {
 

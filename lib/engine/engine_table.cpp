@@ -7,28 +7,15 @@ namespace shardsync {
 namespace {
 
 // clang-format off
+// One row per engine: kind, name, summary, delivery, source policy, unit, requests cached
+// across syncs, depth (units a trainer holds; 0: --inflight), background process lane,
+// collectives, simulator model.
 constexpr EngineSpec kTable[] = {
-  {EngineKind::kBroadcast, "broadcast",
-   "baseline: trainer rank 0 gathers every tensor and broadcasts buckets to every inference rank",
-   Delivery::kBroadcast, SourcePolicy::kRootOnly, UnitKind::kBucket,
-   /*cache_requests=*/false, /*depth=*/1, /*background_process=*/false,
-   kGatherToRoot | kBroadcastAll, SimModel::kBucketBroadcast},
-  {EngineKind::kV1, "v1",
-   "per-tensor pull after an all-gather over every trainer rank; requests every sync",
-   Delivery::kPull, SourcePolicy::kEverywhere, UnitKind::kTensor,
-   false, 1, false, kAllGatherTrainers, SimModel::kTensorIterator},
-  {EngineKind::kV2, "v2",
-   "per-tensor pull after a TP/ETP gather within the PP stage; requests cached",
-   Delivery::kPull, SourcePolicy::kStageLocal, UnitKind::kTensor,
-   true, 1, false, kAllGatherTpGroup, SimModel::kTensorIterator},
-  {EngineKind::kV3, "v3",
-   "weight-group pipeline: TP/ETP gather of group N+1 under the pulls of group N, background process",
-   Delivery::kPull, SourcePolicy::kStageLocal, UnitKind::kWeightGroup,
-   true, 0, true, kAllGatherTpGroup, SimModel::kGroupPipeline},
-  {EngineKind::kV4, "v4",
-   "direct: weight-group pipeline pulling each piece from the trainer shards that hold it, no gather",
-   Delivery::kPull, SourcePolicy::kDirect, UnitKind::kWeightGroup,
-   true, 0, true, kCollectiveNone, SimModel::kGroupPipeline},
+  {EngineKind::kBroadcast, "broadcast", "baseline: trainer rank 0 gathers every tensor and broadcasts buckets to every inference rank", Delivery::kBroadcast, SourcePolicy::kRootOnly, UnitKind::kBucket, false, 1, false, kGatherToRoot | kBroadcastAll, SimModel::kBucketBroadcast},
+  {EngineKind::kV1, "v1", "per-tensor pull after an all-gather over every trainer rank; requests every sync", Delivery::kPull, SourcePolicy::kEverywhere, UnitKind::kTensor, false, 1, false, kAllGatherTrainers, SimModel::kTensorIterator},
+  {EngineKind::kV2, "v2", "per-tensor pull after a TP/ETP gather within the PP stage; requests cached", Delivery::kPull, SourcePolicy::kStageLocal, UnitKind::kTensor, true, 1, false, kAllGatherTpGroup, SimModel::kTensorIterator},
+  {EngineKind::kV3, "v3", "weight-group pipeline: TP/ETP gather of group N+1 under the pulls of group N, background process", Delivery::kPull, SourcePolicy::kStageLocal, UnitKind::kWeightGroup, true, 0, true, kAllGatherTpGroup, SimModel::kGroupPipeline},
+  {EngineKind::kV4, "v4", "direct: weight-group pipeline pulling each piece from the trainer shards that hold it, no gather", Delivery::kPull, SourcePolicy::kDirect, UnitKind::kWeightGroup, true, 0, true, kCollectiveNone, SimModel::kGroupPipeline},
 };
 // clang-format on
 

@@ -52,14 +52,14 @@ enum class SimModel : uint8_t {
 struct EngineSpec {
   EngineKind kind;
   const char* name;
-  const char* summary;       // one line, for --help and `shardsync engines`
+  const char* summary;  // one line, for --help and `shardsync engines`
   Delivery delivery;
-  SourcePolicy source;       // where pieces come from (what the trainer gathers first)
+  SourcePolicy source;  // where pieces come from (what the trainer gathers first)
   UnitKind unit;
-  bool cache_requests;       // requests sent once and kept by trainers across syncs
-  int depth;                 // units a trainer holds at once; 0: --inflight
-  bool background_process;   // process + copy into live weights on the background lane
-  uint8_t collectives;       // Collective bits
+  bool cache_requests;      // requests sent once and kept by trainers across syncs
+  int depth;                // units a trainer holds at once; 0: --inflight
+  bool background_process;  // process + copy into live weights on the background lane
+  uint8_t collectives;      // Collective bits
   SimModel sim;
 };
 
@@ -71,8 +71,12 @@ const EngineSpec* find_engine(const std::string& name);
 std::string engine_list();
 
 // Convenience over the row.
-inline const char* engine_name(EngineKind k) { return engine_spec(k).name; }
-inline SourcePolicy source_policy(EngineKind k) { return engine_spec(k).source; }
+inline const char* engine_name(EngineKind k) {
+  return engine_spec(k).name;
+}
+inline SourcePolicy source_policy(EngineKind k) {
+  return engine_spec(k).source;
+}
 // A row's policies in words (source, unit, caching, depth, lane, collectives).
 std::string describe_source(SourcePolicy s);
 std::string describe_unit(UnitKind u);

@@ -66,14 +66,29 @@ const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
   return it->second;
 }
 
-const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
-  auto it = trainer_side.schedules.find(int(e));
-  if (it != trainer_side.schedules.end()) return it->second;
-  ProducerSchedule s;
+namespace {
+// A schedule per engine row, made once.
+template <class S, class F>
+const S& cached(std::map<int, S>& schedules, EngineKind e, F&& make) {
+  auto it = schedules.find(int(e));
+  if (it == schedules.end()) it = schedules.emplace(int(e), make()).first;
+  return it->second;
+}
+}  // namespace
+
+UnitSchedule Engines::Impl::unit_schedule(EngineKind e) const {
+  UnitSchedule s;
   s.units = make_units(model, engine_spec(e).unit, opt.bucket_bytes);
   s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
-  s.expected.assign(s.units.size(), std::vector<std::vector<ChunkPiece>>(plans.size()));
-  if (engine_spec(e).delivery == Delivery::kPull) {
+  return s;
+}
+
+const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
+  return cached(trainer_side.schedules, e, [&] {
+    ProducerSchedule s;
+    static_cast<UnitSchedule&>(s) = unit_schedule(e);
+    s.expected.assign(s.units.size(), std::vector<std::vector<ChunkPiece>>(plans.size()));
+    if (engine_spec(e).delivery != Delivery::kPull) return s;
     const Routes& r = routes_for(source_policy(e));
     for (const RankPlan& p : plans)
       for (const Pull& pull : r.pulls[size_t(p.local_rank)]) {
@@ -82,17 +97,15 @@ const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
         s.expected[size_t(s.unit_of_hf[size_t(entry.hf_param)])][size_t(p.local_rank)].push_back(
             ChunkPiece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0});
       }
-  }
-  return trainer_side.schedules.emplace(int(e), std::move(s)).first->second;
+    return s;
+  });
 }
 
 const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
-  auto it = consumer_side.schedules.find(int(e));
-  if (it != consumer_side.schedules.end()) return it->second;
-  ConsumerSchedule s;
-  s.units = make_units(model, engine_spec(e).unit, opt.bucket_bytes);
-  s.unit_of_hf = unit_of_tensor(s.units, model.params().size());
-  if (engine_spec(e).delivery == Delivery::kPull) {
+  return cached(consumer_side.schedules, e, [&] {
+    ConsumerSchedule s;
+    static_cast<UnitSchedule&>(s) = unit_schedule(e);
+    if (engine_spec(e).delivery != Delivery::kPull) return s;
     const Routes& r = routes_for(source_policy(e));
     s.pulls = make_rank_schedule(s.units, s.unit_of_hf, *consumer_side.plan, r.pulls[size_t(world.local_rank)]);
     s.chunks.resize(s.units.size());
@@ -101,8 +114,8 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
         s.chunks[u].emplace_back(t, make_chunks(model, pulls, chunk_bytes));
         s.num_chunks += int64_t(s.chunks[u].back().second.size());
       }
-  }
-  return consumer_side.schedules.emplace(int(e), std::move(s)).first->second;
+    return s;
+  });
 }
 
 Engines::Engines(World& world, const ModelSpec& model, const TrainerPlacement& trainer,

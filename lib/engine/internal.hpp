@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "engine/collectives.hpp"
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/gather.hpp"
 #include "engine/pipeline.hpp"
@@ -29,10 +29,14 @@ enum MsgType : uint32_t {
   kMsgReject = 9,     // to a replacement: not taken; payload = the reason
 };
 
-// The consumer's view of one engine: units, and per unit the chunks from each trainer.
-struct ConsumerSchedule {
+// The units of one engine row, and the unit of each HF tensor.
+struct UnitSchedule {
   std::vector<Unit> units;
   std::vector<int32_t> unit_of_hf;
+};
+
+// The consumer's view of one engine: units, and per unit the chunks from each trainer.
+struct ConsumerSchedule : UnitSchedule {
   // chunks[unit] = list of (trainer, chunks)
   std::vector<std::vector<std::pair<int, std::vector<Chunk>>>> chunks;
   RankSchedule pulls;
@@ -40,9 +44,7 @@ struct ConsumerSchedule {
 };
 
 // The producer's view of one engine.
-struct ProducerSchedule {
-  std::vector<Unit> units;
-  std::vector<int32_t> unit_of_hf;
+struct ProducerSchedule : UnitSchedule {
   // expected[unit][local rank] = the pulls this trainer serves (from the routes)
   std::vector<std::vector<std::vector<ChunkPiece>>> expected;
 };
@@ -146,6 +148,7 @@ struct Engines::Impl {
   }
 
   const Routes& routes_for(SourcePolicy policy);
+  UnitSchedule unit_schedule(EngineKind e) const;
   const ProducerSchedule& producer_schedule(EngineKind e);
   const ConsumerSchedule& consumer_schedule(EngineKind e);
   std::vector<int> consumers_of_local(int local_rank) const;  // world ranks, every replica

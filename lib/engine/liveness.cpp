@@ -34,7 +34,8 @@ void Engines::Impl::take_down_replicas() {
   int per = inference.layout().ranks_per_replica();
   for (int rep = 0; rep < inference.layout().replicas; ++rep) {
     bool any = false;
-    for (int l = 0; l < per; ++l) any = any || liveness.dead[size_t(world.num_trainers + rep * per + l)];
+    for (int l = 0; l < per; ++l)
+      any = any || liveness.dead[size_t(world.num_trainers + rep * per + l)];
     if (any)
       for (int l = 0; l < per; ++l) liveness.down[size_t(world.num_trainers + rep * per + l)] = 1;
   }
@@ -47,7 +48,8 @@ void Engines::Impl::start_watchdog() {
       double idle = now_s() - last_beat.load(std::memory_order_relaxed);
       if (!armed || idle < opt.stall_timeout_s) continue;
       std::fprintf(stderr,
-                   "shardsync: %s: no progress for %.0f s inside the run: a rank has likely died where the job "
+                   "shardsync: %s: no progress for %.0f s inside the run: a rank has likely died "
+                   "where the job "
                    "cannot survive it (a trainer rank, or any rank during a broadcast); exiting\n",
                    where.c_str(), idle);
       std::fflush(stderr);
@@ -56,7 +58,9 @@ void Engines::Impl::start_watchdog() {
   });
 }
 
-bool Engines::stood_down() const { return impl_->consumer_side.stood_down; }
+bool Engines::stood_down() const {
+  return impl_->consumer_side.stood_down;
+}
 
 std::vector<int> Engines::down_replicas() const {
   const Impl& m = *impl_;
@@ -93,7 +97,8 @@ bool Engines::finish() {
         contact.assign(j.payload.begin() + 4, j.payload.begin() + 4 + long(n));
         CtrlMsg r;
         r.type = kMsgReject;
-        std::string why = "the run ended before world rank " + std::to_string(j.from) + " could be taken back";
+        std::string why =
+            "the run ended before world rank " + std::to_string(j.from) + " could be taken back";
         r.payload.assign(why.begin(), why.end());
         try {
           m.transport->send_to_contact(contact, r);
@@ -111,7 +116,8 @@ bool Engines::finish() {
     return degraded != 0;
   }
   // Consumers wait for FINISH (stood-down ranks may have seen it already).
-  while (m.wait_start_or_finish()) m.consumer_side.pending_start.reset();  // a START now would be a bug of rank 0
+  while (m.wait_start_or_finish())
+    m.consumer_side.pending_start.reset();  // a START now would be a bug of rank 0
   return m.consumer_side.finish_degraded;
 }
 
@@ -129,10 +135,12 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
     return all;
   }
   std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
-  MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine), MPI_BYTE, 0, m.world.trainers));
+  MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine),
+                       MPI_BYTE, 0, m.world.trainers));
   // Consumers any trainer declared dead in this sync.
   std::vector<uint8_t> dead_seen(m.liveness.dead.size(), 0);
-  MPI_CHECK(MPI_Reduce(m.liveness.dead.data(), dead_seen.data(), int(m.liveness.dead.size()), MPI_BYTE, MPI_MAX, 0, m.world.trainers));
+  MPI_CHECK(MPI_Reduce(m.liveness.dead.data(), dead_seen.data(), int(m.liveness.dead.size()),
+                       MPI_BYTE, MPI_MAX, 0, m.world.trainers));
   m.beat();
   if (m.world.rank != 0) return all;
   for (size_t r = 0; r < dead_seen.size(); ++r)
@@ -142,7 +150,10 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   for (int r = m.world.num_trainers; r < m.world.size; ++r) {
     all[size_t(r)].rank = r;
     all[size_t(r)].reported = 0;
-    all[size_t(r)].stood_down = m.liveness.down[size_t(r)] && std::find(m.liveness.live_at_start.begin(), m.liveness.live_at_start.end(), r) == m.liveness.live_at_start.end();
+    all[size_t(r)].stood_down =
+        m.liveness.down[size_t(r)] &&
+        std::find(m.liveness.live_at_start.begin(), m.liveness.live_at_start.end(), r) ==
+            m.liveness.live_at_start.end();
   }
   std::vector<int> missing;
   for (int r : m.liveness.live_at_start)
@@ -163,14 +174,16 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
       wait_backoff.pause();
       continue;
     }
-    if (msg.type == kMsgDone || msg.type == kMsgRequest) continue;  // late traffic of a dead peer's replica
+    if (msg.type == kMsgDone || msg.type == kMsgRequest)
+      continue;  // late traffic of a dead peer's replica
     if (msg.type == kMsgJoin) {
       m.absorb_join(std::move(msg));
       continue;
     }
-    if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) || msg.from < m.world.num_trainers)
-      throw Error("rank 0: unexpected message " + std::to_string(msg.type) + " from rank " + std::to_string(msg.from) +
-                  " while collecting reports");
+    if (msg.type != kMsgReport || msg.payload.size() != sizeof(RankStats) ||
+        msg.from < m.world.num_trainers)
+      throw Error("rank 0: unexpected message " + std::to_string(msg.type) + " from rank " +
+                  std::to_string(msg.from) + " while collecting reports");
     std::memcpy(&all[size_t(msg.from)], msg.payload.data(), sizeof(RankStats));
     m.beat();
     missing.erase(std::remove(missing.begin(), missing.end(), msg.from), missing.end());

@@ -6,8 +6,12 @@ namespace shardsync {
 namespace {
 std::atomic<bool> g_idle_sleep{true};
 }
-void set_idle_sleep_allowed(bool allowed) { g_idle_sleep = allowed; }
-bool idle_sleep_allowed() { return g_idle_sleep; }
+void set_idle_sleep_allowed(bool allowed) {
+  g_idle_sleep = allowed;
+}
+bool idle_sleep_allowed() {
+  return g_idle_sleep;
+}
 
 std::optional<int64_t> RangeAllocator::alloc(int64_t bytes) {
   bytes = (bytes + 63) & ~int64_t(63);
@@ -49,49 +53,6 @@ DeviceBuffer BufferPool::take(int64_t bytes) {
 void BufferPool::give(DeviceBuffer&& buf) {
   int64_t n = buf.size();
   free_.emplace(n, std::move(buf));
-}
-
-BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
-
-BackgroundWorker::~BackgroundWorker() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void BackgroundWorker::submit(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    tasks_.push_back(std::move(task));
-  }
-  cv_.notify_one();
-}
-
-void BackgroundWorker::drain() {
-  std::unique_lock<std::mutex> l(mu_);
-  idle_.wait(l, [this] { return tasks_.empty() && !busy_; });
-}
-
-void BackgroundWorker::loop() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (true) {
-    cv_.wait(l, [this] { return stop_ || !tasks_.empty(); });
-    if (tasks_.empty()) {
-      if (stop_) return;
-      continue;
-    }
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    busy_ = true;
-    l.unlock();
-    task();
-    l.lock();
-    busy_ = false;
-    if (tasks_.empty()) idle_.notify_all();
-  }
 }
 
 }  // namespace shardsync

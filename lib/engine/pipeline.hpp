@@ -13,7 +13,8 @@
 #include <optional>
 #include <thread>
 
-#include "engine/device.hpp"
+#include "device/background_worker.hpp"
+#include "device/device.hpp"
 
 namespace shardsync {
 
@@ -101,23 +102,6 @@ class BufferPool {
  private:
   Device* dev_;
   std::multimap<int64_t, DeviceBuffer> free_;
-};
-
-// Runs tasks in order on one background thread (V3: process + copy into live weights).
-class BackgroundWorker {
- public:
-  BackgroundWorker();
-  ~BackgroundWorker();
-  void submit(std::function<void()> task);
-  void drain();  // waits until every submitted task has run
-
- private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_, idle_;
-  std::deque<std::function<void()>> tasks_;
-  bool stop_ = false, busy_ = false;
-  std::thread thread_;
 };
 
 }  // namespace shardsync

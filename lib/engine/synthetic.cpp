@@ -4,31 +4,6 @@
 
 namespace shardsync {
 
-void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
-  auto* p = static_cast<uint8_t*>(dst);
-  switch (elem_bytes) {
-    case 2: {
-      auto* q = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_bits(seed, first + i));
-      return;
-    }
-    case 4: {
-      auto* q = reinterpret_cast<uint32_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = uint32_t(synth_bits(seed, first + i));
-      return;
-    }
-    case 1:
-      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_bits(seed, first + i));
-      return;
-    default:
-      for (int64_t i = 0; i < n; ++i) {
-        uint64_t v = synth_bits(seed, first + i);
-        std::memset(p + i * elem_bytes, 0, size_t(elem_bytes));
-        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 4)));
-      }
-  }
-}
-
 CopyDesc box_desc(const std::vector<int64_t>& shape, const Box& box) {
   SubView v = SubView::contiguous(shape);
   for (size_t d = 0; d < shape.size(); ++d) v.narrow(int(d), box.start[d], box.length[d]);

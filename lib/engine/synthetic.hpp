@@ -8,14 +8,11 @@
 #include <vector>
 
 #include "layout/trainer.hpp"
-#include "engine/device.hpp"
-#include "engine/synth_hash.hpp"
+#include "device/device.hpp"
+#include "device/synth_hash.hpp"
 #include "model/catalog.hpp"
 
 namespace shardsync {
-
-// Writes the low `elem_bytes` bytes of synth_bits(seed, first + i) for i in [0, n).
-void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes);
 
 // The copy from an HF tensor's element-index space to a box stored contiguously: the
 // source positions are the elements' global indices.

@@ -26,7 +26,8 @@ World World::create(MPI_Comm comm, const TrainerPlacement& tr, const InferencePl
   if (w.trainer) {
     int dp = tr.dp_rank_of(w.rank), pp = tr.pp_rank_of(w.rank), t = tr.tp_rank_of(w.rank);
     split(dp + tr.dp() * pp, t, &w.tp_group);
-    int et = w.rank % tr.etp(), ep = tr.ep_rank_of(w.rank), edp = (w.rank / (tr.etp() * tr.ep())) % tr.edp();
+    int et = w.rank % tr.etp(), ep = tr.ep_rank_of(w.rank),
+        edp = (w.rank / (tr.etp() * tr.ep())) % tr.edp();
     split(ep + tr.ep() * (edp + tr.edp() * pp), et, &w.etp_group);
   } else {
     split(MPI_UNDEFINED, 0, &w.tp_group);
@@ -43,8 +44,8 @@ World World::replacement(int rank, const TrainerPlacement& tr, const InferencePl
   w.size = w.num_trainers + inf.world_size();
   if (rank < w.num_trainers || rank >= w.size)
     throw InputError("--rank", std::to_string(rank),
-                     "a replacement takes an inference rank's place: " + std::to_string(w.num_trainers) + ".." +
-                         std::to_string(w.size - 1));
+                     "a replacement takes an inference rank's place: " +
+                         std::to_string(w.num_trainers) + ".." + std::to_string(w.size - 1));
   w.inference_rank = rank - w.num_trainers;
   InferenceCoord c = inf.coord(w.inference_rank);
   w.local_rank = c.local;

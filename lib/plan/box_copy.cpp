@@ -17,7 +17,8 @@ std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {
 
 // The mixed-radix digits of a flat index or step: coordinates for an index; for a step, the
 // per-dimension increments it makes where nothing wraps (dim 0 takes what is left).
-std::vector<int64_t> digits(int64_t x, const std::vector<int64_t>& shape, const std::vector<int64_t>& p) {
+std::vector<int64_t> digits(int64_t x, const std::vector<int64_t>& shape,
+                            const std::vector<int64_t>& p) {
   std::vector<int64_t> a(shape.size(), 0);
   for (size_t k = 0; k < shape.size(); ++k) {
     a[k] = k == 0 ? x / p[0] : (x / p[k]) % shape[k];
@@ -44,7 +45,8 @@ class Splitter {
       if (reach[k] >= shape_[k]) return false;
     // The digits of each step and of the base reproduce the flat indices only without wraps,
     // which the check above rules out; dim 0 must stay inside the tensor too.
-    if (!shape_.empty() && reach[0] >= shape_[0]) throw Error("box copy: source outside the tensor");
+    if (!shape_.empty() && reach[0] >= shape_[0])
+      throw Error("box copy: source outside the tensor");
     *out = std::move(c);
     return true;
   }
@@ -59,7 +61,8 @@ class Splitter {
       size_t k = shape_.size();
       while (k-- > 0 && a[k] == 0) {
       }
-      if (k == 0 || k >= shape_.size() || l.src_stride != a[k] * p_[k] || shape_[k] % a[k] != 0) continue;
+      if (k == 0 || k >= shape_.size() || l.src_stride != a[k] * p_[k] || shape_[k] % a[k] != 0)
+        continue;
       int64_t per = shape_[k] / a[k];
       if (l.size <= per || l.size % per != 0) continue;
       CopyDim outer{l.size / per, l.src_stride * per, l.dst_stride * per};
@@ -114,7 +117,8 @@ class Splitter {
       size_t k = shape_.size();
       while (k-- > 0 && a[k] == 0) {
       }
-      if (k > 0 && k < shape_.size() && l.src_stride == a[k] * p_[k] && shape_[k] % a[k] == 0) period = shape_[k] / a[k];
+      if (k > 0 && k < shape_.size() && l.src_stride == a[k] * p_[k] && shape_[k] % a[k] == 0)
+        period = shape_[k] / a[k];
     }
     int64_t i = 0;
     while (i < l.size) {
@@ -123,11 +127,14 @@ class Splitter {
       int64_t lo = 0, hi = left;
       while (lo < hi) {
         int64_t mid = (lo + hi + 1) / 2;
-        if (plain(i, mid)) lo = mid;
-        else hi = mid - 1;
+        if (plain(i, mid))
+          lo = mid;
+        else
+          hi = mid - 1;
       }
       // ... or, if longer, the whole wraps from i that factor into one.
-      if (period > 0 && left >= period && left / period * period > lo && factors(i, left / period * period))
+      if (period > 0 && left >= period && left / period * period > lo &&
+          factors(i, left / period * period))
         lo = left / period * period;
       if (lo == 0) {  // even one iteration wraps inside: split it further
         split(part(i, 1), out);

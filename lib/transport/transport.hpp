@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common/check.hpp"
+#include "device/mem_kind.hpp"
 
 namespace shardsync {
 
-enum class MemKind : uint8_t { kHost = 0, kCuda = 1 };
 
 // A peer that can no longer be reached (UCX endpoint error, peer failure). Engines catch
 // it to mark the peer's replica down; everything else is an Error.
@@ -121,13 +121,23 @@ class Transport {
   }
 };
 
-// The registry: implementations this build has, in order of preference.
+// The registry: implementations this build has, in order of preference, with what each can
+// do for a pair of ranks (capabilities; the instance's supports() has the last word where
+// it depends on how a library was built, as UCX's CUDA support does).
 struct TransportInfo {
   std::string name;
   std::string summary;
   std::function<std::unique_ptr<Transport>()> make;
+  std::vector<MemKind> memory;     // memory kinds it can move
+  bool same_node_only = false;     // reaches only ranks of its own node
+  bool maps_peer_memory = false;   // reads the peer's memory directly (a mapping, no NIC)
 };
 const std::vector<TransportInfo>& transport_registry();
+// --transport auto: per peer pair, within a node the first transport that maps the peer's
+// memory of `memory` (CUDA IPC for GPU memory), else the first that moves it; across nodes
+// the first that reaches other nodes and moves it. One name, or "LOCAL+REMOTE" where the
+// two differ and the run spans nodes. Throws InputError when nothing moves `memory`.
+std::string choose_transport(MemKind memory, bool one_node);
 // A name "A+B" makes a hybrid: A between ranks of one node, B between nodes (peer pairs are
 // classified at start-up by host name).
 std::unique_ptr<Transport> make_transport(const std::string& name);

@@ -8,7 +8,7 @@
 #include <deque>
 #include <random>
 
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "engine/internal.hpp"
 
 namespace shardsync {

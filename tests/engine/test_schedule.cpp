@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/schedule.hpp"
-#include "tensor/view.hpp"
+#include "device/fast_copy.hpp"
 
 namespace shardsync {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "engine/device.hpp"
+#include "device/device.hpp"
 #include "engine/synthetic.hpp"
 #include "tensor/ops.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tensor/view.hpp"
-#include "transport/transport.hpp"
+#include "device/mem_kind.hpp"
 
 namespace shardsync {
 
@@ -113,6 +113,8 @@ int cuda_device_count();  // 0 when built without CUDA or no GPU is visible
 bool cuda_built();
 
 // CPU twins of the device kernels (they define the semantics the GPU kernels match).
+// synth_fill writes the low `elem_bytes` bytes of synth_bits(seed, first + i), i in [0, n).
+void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes);
 void cpu_synth(const SynthJob& job);
 VerifyResult cpu_verify(const std::vector<SynthJob>& jobs);
 

@@ -28,7 +28,7 @@
 #include <immintrin.h>
 #endif
 
-#include "tensor/view.hpp"
+#include "device/fast_copy.hpp"
 
 namespace shardsync {
 
@@ -70,31 +70,40 @@ void copy_run(std::byte* t, const std::byte* s, size_t n, bool stream) {
 std::atomic<bool> g_avx2_allowed{true};
 std::atomic<int> g_tile_width{0};  // 16-bit transpose tile width; 0: the default (64)
 
+// The unpack stages of an 8-row transpose of 16-bit elements, for 128-bit registers (VT
+// __m128i, P _mm) and 256-bit ones (__m256i, _mm256, whose unpacks work per 128-bit lane):
+// 8 source rows (stride ss) loaded with LOADU -> v[k], destination row k of each lane. (The
+// loops are unrolled by pragma: at -O2 GCC otherwise keeps the arrays in memory and the
+// transpose runs at half speed.)
+#define SHARDSYNC_TRANSPOSE8_16(VT, P, LOADU, s, ss, v)                                       \
+  do {                                                                                         \
+    VT r_[8], u_[8];                                                                           \
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; ++k) r_[k] =                                \
+        LOADU(reinterpret_cast<const VT*>((s) + k * (ss)));                                    \
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; ++k) {                                      \
+      u_[k] = P##_unpacklo_epi16(r_[2 * k], r_[2 * k + 1]);                                    \
+      u_[k + 4] = P##_unpackhi_epi16(r_[2 * k], r_[2 * k + 1]);                                \
+    }                                                                                          \
+    /* u_[0..3]: columns 0-3 of row pairs; u_[4..7]: columns 4-7 */                            \
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; ++h) {                                      \
+      const VT* q_ = u_ + 4 * h;                                                               \
+      VT b0_ = P##_unpacklo_epi32(q_[0], q_[1]), b1_ = P##_unpackhi_epi32(q_[0], q_[1]);       \
+      VT b2_ = P##_unpacklo_epi32(q_[2], q_[3]), b3_ = P##_unpackhi_epi32(q_[2], q_[3]);       \
+      (v)[4 * h] = P##_unpacklo_epi64(b0_, b2_);                                               \
+      (v)[4 * h + 1] = P##_unpackhi_epi64(b0_, b2_);                                           \
+      (v)[4 * h + 2] = P##_unpacklo_epi64(b1_, b3_);                                           \
+      (v)[4 * h + 3] = P##_unpackhi_epi64(b1_, b3_);                                           \
+    }                                                                                          \
+  } while (0)
+
 #if defined(__SSE2__)
 // 8 x 8 transpose of 16-bit elements: 8 source rows (stride ss) of 8 -> 8 destination rows
-// (stride ds) of 8, in registers. (The loops are unrolled by pragma: at -O2 GCC otherwise
-// keeps the arrays in memory and the transpose runs at half speed.)
+// (stride ds) of 8, in registers.
 inline void transpose8x8_16(const uint16_t* s, int64_t ss, uint16_t* t, int64_t ds) {
-  __m128i r[8], u[8];
+  __m128i v[8];
+  SHARDSYNC_TRANSPOSE8_16(__m128i, _mm, _mm_loadu_si128, s, ss, v);
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k * ss));
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    u[k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
-    u[k + 4] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
-  }
-  // u[0..3]: columns 0-3 of row pairs; u[4..7]: columns 4-7.
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    __m128i* q = u + 4 * h;
-    __m128i b0 = _mm_unpacklo_epi32(q[0], q[1]), b1 = _mm_unpackhi_epi32(q[0], q[1]);
-    __m128i b2 = _mm_unpacklo_epi32(q[2], q[3]), b3 = _mm_unpackhi_epi32(q[2], q[3]);
-    uint16_t* o = t + 4 * h * ds;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(b0, b2));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + ds), _mm_unpackhi_epi64(b0, b2));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * ds), _mm_unpacklo_epi64(b1, b3));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * ds), _mm_unpackhi_epi64(b1, b3));
-  }
+  for (int k = 0; k < 8; ++k) _mm_storeu_si128(reinterpret_cast<__m128i*>(t + k * ds), v[k]);
 }
 
 // 16-bit transposes of whole tiles: TJ source rows of kTileI elements (a 64-byte line each)
@@ -117,24 +126,8 @@ constexpr int kDefaultTileWidth = 64;
 // 8 source rows of 16 -> 16 destination rows of 8: two 8 x 8 transposes, one per 128-bit lane.
 __attribute__((target("avx2"))) inline void transpose8x16_16(const uint16_t* s, int64_t ss, uint16_t* t,
                                                             int64_t ds) {
-  __m256i r[8], u[8], v[8];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k * ss));
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    u[k] = _mm256_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
-    u[k + 4] = _mm256_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
-  }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i* q = u + 4 * h;
-    __m256i b0 = _mm256_unpacklo_epi32(q[0], q[1]), b1 = _mm256_unpackhi_epi32(q[0], q[1]);
-    __m256i b2 = _mm256_unpacklo_epi32(q[2], q[3]), b3 = _mm256_unpackhi_epi32(q[2], q[3]);
-    v[4 * h] = _mm256_unpacklo_epi64(b0, b2);
-    v[4 * h + 1] = _mm256_unpackhi_epi64(b0, b2);
-    v[4 * h + 2] = _mm256_unpacklo_epi64(b1, b3);
-    v[4 * h + 3] = _mm256_unpackhi_epi64(b1, b3);
-  }
+  __m256i v[8];
+  SHARDSYNC_TRANSPOSE8_16(__m256i, _mm256, _mm256_loadu_si256, s, ss, v);
   // v[k]: low lane is destination row k, high lane row k + 8.
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {

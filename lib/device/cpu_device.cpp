@@ -7,11 +7,37 @@
 #include <sys/mman.h>
 
 #include "common/error.hpp"
-#include "engine/device.hpp"
-#include "engine/internal.hpp"
-#include "engine/synthetic.hpp"
+#include "device/background_worker.hpp"
+#include "device/device.hpp"
+#include "device/fast_copy.hpp"
+#include "device/synth_hash.hpp"
 
 namespace shardsync {
+
+void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
+  auto* p = static_cast<uint8_t*>(dst);
+  switch (elem_bytes) {
+    case 2: {
+      auto* q = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_bits(seed, first + i));
+      return;
+    }
+    case 4: {
+      auto* q = reinterpret_cast<uint32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = uint32_t(synth_bits(seed, first + i));
+      return;
+    }
+    case 1:
+      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_bits(seed, first + i));
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        uint64_t v = synth_bits(seed, first + i);
+        std::memset(p + i * elem_bytes, 0, size_t(elem_bytes));
+        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 4)));
+      }
+  }
+}
 
 void cpu_synth(const SynthJob& job) {
   const int64_t eb = job.elem_bytes;
