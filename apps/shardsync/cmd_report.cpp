@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "common/table.hpp"
 #include "engine/engine_table.hpp"
+#include "report/result_reader.hpp"
 
 extern char** environ;
 
@@ -58,44 +59,21 @@ std::string label_of(const std::string& path) {
   return s.rfind("./", 0) == 0 ? s.substr(2) : s;
 }
 
-bool read_run_json(const std::string& path, RunRow* out, std::string* why) {
-  std::ifstream f(path);
-  if (!f) {
-    *why = "cannot be read";
-    return false;
-  }
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded()) {
-    *why = "not valid JSON";
-    return false;
-  }
-  if (!j.is_object() || !j.contains("engines") || !j["engines"].is_array() || !j.contains("config")) {
-    *why = "not a sync/bench result (no engines or config: a simulator, kernel-bench or perf-check file?)";
-    return false;
-  }
-  out->label = label_of(path);
-  const auto& c = j["config"];
-  out->model = c.value("model", "?");
-  out->ranks = c.value("ranks", 0);
-  out->memory = j.value("memory", "?");
-  out->link_gbps = num(j, "link_gbps");
-  for (const auto& e : j["engines"]) {
-    if (!e.is_object() || !e.contains("engine") || !e.contains("time_s")) {
-      *why = "engines[]: expected objects with engine and time_s";
-      return false;
-    }
-    out->engines[e["engine"].get<std::string>()] = e;
-  }
-  return true;
-}
-
-// A result of `shardsync sync|bench --json`; other JSON files, and results whose fields have
-// the wrong types, are named and skipped.
+// A result of `shardsync sync|bench --json` (report/result_reader.hpp); other JSON files,
+// and results whose fields have the wrong types, are named and skipped.
 bool read_run(const std::string& path, RunRow* out, std::string* why) {
   try {
-    return read_run_json(path, out, why);
-  } catch (const nlohmann::json::exception& e) {
-    *why = std::string("a field has the wrong type: ") + e.what();
+    ResultFile r = read_result_file(path);
+    out->label = label_of(path);
+    out->model = r.model;
+    out->ranks = r.ranks;
+    out->memory = r.memory;
+    out->link_gbps = r.link_gbps;
+    for (EngineResult& e : r.engines) out->engines[e.engine] = std::move(e.summary);
+    return true;
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    *why = msg.rfind(path + ": ", 0) == 0 ? msg.substr(path.size() + 2) : msg;
     return false;
   }
 }

@@ -9,6 +9,7 @@
 #include "common/json_input.hpp"
 #include "common/table.hpp"
 #include "model_layout_options.hpp"
+#include "report/result_reader.hpp"
 #include "sim/simulator.hpp"
 
 namespace shardsync {
@@ -91,29 +92,23 @@ void run_simulate(const SimulateOptions& o) {
   j["cluster"] = cluster.name;
   if (!o.compare.empty()) {
     // Predict a measured run: same model, layouts and engines as the result file.
-    nlohmann::json m = load_json_file(o.compare);
-    JsonFields top(m, o.compare);
-    JsonFields cfg = top.get_object("config");
+    ResultFile m = read_result_file(o.compare);
+    if (m.trainer.empty() || m.inference.empty())
+      throw InputError(o.compare, "config.trainer/config.inference", "expected the run's layouts");
     ModelLayoutOptions lo;
-    lo.model = cfg.get_string("model");
-    lo.trainer = cfg.get_string("trainer");
-    std::string inf = cfg.get_string("inference");
-    lo.inference = inf.substr(0, inf.find(' '));
-    lo.replicas = int(cfg.get_int("replicas"));
+    lo.model = m.model;
+    lo.trainer = m.trainer;
+    lo.inference = m.inference.substr(0, m.inference.find(' '));
+    lo.replicas = m.replicas;
     ResolvedSetup s = resolve_setup(lo);
-    if (!m.contains("engines") || !m["engines"].is_array()) top.fail("engines", "expected the bench's engine list");
     std::vector<EngineKind> engines;
-    for (const auto& e : m["engines"]) {
-      if (!e.is_object() || !e.contains("engine") || !e["engine"].is_string())
-        top.fail("engines", "expected objects with an engine name");
-      engines.push_back(engine_of(e["engine"].get<std::string>(), o.compare, "engines[].engine"));
-    }
-    auto rs = simulate(s, cluster, engines, cfg.get_int_or("bucket_bytes", o.bucket_bytes, 1));
+    for (const EngineResult& e : m.engines) engines.push_back(engine_of(e.engine, o.compare, "engines[].engine"));
+    auto rs = simulate(s, cluster, engines, m.bucket_bytes > 0 ? m.bucket_bytes : o.bucket_bytes);
     print_results(s, cluster, rs);
     Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}});
     cmp.add_title("predicted (cluster " + cluster.name + ") vs measured (" + o.compare + ")");
     for (size_t i = 0; i < rs.size(); ++i) {
-      double measured = m["engines"][i]["time_s"]["avg"].get<double>();
+      double measured = m.engines[i].time_avg_s;
       double err = 100.0 * (rs[i].total_s - measured) / measured;
       cmp.add_row({rs[i].engine, fmt_fixed(rs[i].total_s, 4), fmt_fixed(measured, 4), fmt_fixed(err, 1)});
       nlohmann::json x = to_json(rs[i]);
