@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
       g_engine->world = World::create(MPI_COMM_WORLD, g_engine->trainer, g_engine->inference);
       set_idle_sleep_allowed(unsigned(size) > std::max(1u, std::thread::hardware_concurrency()));
       SyncOptions so;
-      so.transport = default_transport_name();
+      so.transport = choose_transport(MemKind::kHost, true);
       g_engine->engines = std::make_unique<Engines>(g_engine->world, g_engine->model, g_engine->trainer,
                                                     g_engine->inference, g_engine->plans, so);
       g_engine->engines->bootstrap();

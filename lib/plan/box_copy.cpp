@@ -51,20 +51,25 @@ class Splitter {
     return true;
   }
 
+  // Iterations after which a loop of this step wraps its dimension, where the step is a
+  // single digit (of a dimension other than the first) dividing that dimension; else 0.
+  int64_t period(int64_t stride) const {
+    if (stride <= 0 || shape_.size() < 2) return 0;
+    std::vector<int64_t> a = digits(stride, shape_, p_);
+    size_t k = shape_.size() - 1;
+    while (k > 0 && a[k] == 0) --k;
+    if (k == 0 || stride != a[k] * p_[k] || shape_[k] % a[k] != 0) return 0;
+    return shape_[k] / a[k];
+  }
+
   // Factors one coalesced loop that walks a dimension past its end into (wraps, per wrap),
   // where its step is a single digit dividing that dimension and the walk holds whole wraps.
   bool factor(CopyDesc& d) const {
     for (size_t m = d.dims.size(); m-- > 0;) {
       const CopyDim l = d.dims[m];
-      if (l.size <= 1 || l.src_stride <= 0) continue;
-      std::vector<int64_t> a = digits(l.src_stride, shape_, p_);
-      size_t k = shape_.size();
-      while (k-- > 0 && a[k] == 0) {
-      }
-      if (k == 0 || k >= shape_.size() || l.src_stride != a[k] * p_[k] || shape_[k] % a[k] != 0)
-        continue;
-      int64_t per = shape_[k] / a[k];
-      if (l.size <= per || l.size % per != 0) continue;
+      if (l.size <= 1) continue;
+      const int64_t per = period(l.src_stride);
+      if (per == 0 || l.size <= per || l.size % per != 0) continue;
       CopyDim outer{l.size / per, l.src_stride * per, l.dst_stride * per};
       CopyDim inner{per, l.src_stride, l.dst_stride};
       d.dims[m] = inner;
@@ -110,16 +115,7 @@ class Splitter {
         if (!factor(s)) return false;
       }
     };
-    // The loop's wrap period where its step is a single digit dividing its dimension.
-    int64_t period = 0;
-    {
-      std::vector<int64_t> a = digits(l.src_stride, shape_, p_);
-      size_t k = shape_.size();
-      while (k-- > 0 && a[k] == 0) {
-      }
-      if (k > 0 && k < shape_.size() && l.src_stride == a[k] * p_[k] && shape_[k] % a[k] == 0)
-        period = shape_[k] / a[k];
-    }
+    const int64_t period = this->period(l.src_stride);
     int64_t i = 0;
     while (i < l.size) {
       const int64_t left = l.size - i;

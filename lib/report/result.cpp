@@ -12,9 +12,7 @@
 
 #include "common/table.hpp"
 
-#ifndef SHARDSYNC_GIT_SHA
-#define SHARDSYNC_GIT_SHA "unknown"
-#endif
+#include "git_sha.hpp"  // SHARDSYNC_GIT_SHA, written at build time (cmake/GitSha.cmake)
 
 namespace shardsync {
 

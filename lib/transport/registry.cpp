@@ -31,7 +31,6 @@ const std::vector<TransportInfo>& transport_registry() {
   return registry;
 }
 
-std::string default_transport_name() { return transport_registry().front().name; }
 
 std::string choose_transport(MemKind memory, bool one_node) {
   auto moves = [&](const TransportInfo& t) {

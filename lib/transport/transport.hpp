@@ -143,7 +143,6 @@ std::string choose_transport(MemKind memory, bool one_node);
 std::unique_ptr<Transport> make_transport(const std::string& name);
 // This rank's host name; SHARDSYNC_FAKE_HOSTS=N (tests) pretends ranks come N per host.
 std::string host_name(int world_rank);
-std::string default_transport_name();  // the first of the registry (host memory)
 
 
 }  // namespace shardsync
