@@ -87,6 +87,17 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
                   "Pipelined engines (v3, v4): weight groups a trainer rank may work on at once")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app->add_option("--one-pass", o->engine.one_pass,
+                  "Pull engines: inference ranks read pieces of the trainers' own shards straight "
+                  "from their weights into the live weights where the transport allows (CUDA IPC: "
+                  "any piece; gets: pieces that are one run on both sides); off: every piece is "
+                  "packed into the send buffer")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
+      ->option_text("on|off (default: on)");
+  app->add_flag("--layerwise", o->engine.layerwise,
+                "vLLM's layerwise reload: pieces land in a buffer per weight group, which is "
+                "processed and copied into the live weights when complete (every piece packed); "
+                "default: written in place, the process being a copy");
   app->add_option(
          "--failure-timeout", o->engine.failure_timeout_s,
          "Seconds a trainer waits on a silent inference rank before declaring it dead (its replica "
@@ -344,7 +355,8 @@ void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines
             << fmt_human_bytes(rs.engine.send_buffer_bytes) << ", receive buffer "
             << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk "
             << fmt_human_bytes(o.engine.effective_chunk_bytes()) << ", inflight "
-            << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n";
+            << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n# one pass: "
+            << engines.one_pass_description() << "\n";
   // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
   auto mca_is = [](const char* name, const char* want) {
     const char* v = std::getenv(name);
@@ -500,6 +512,8 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"chunk_bytes", o.engine.effective_chunk_bytes()},
                    {"bucket_bytes", o.engine.bucket_bytes},
                    {"inflight", o.engine.inflight},
+                   {"one_pass", engines.one_pass_description()},
+                   {"layerwise", o.engine.layerwise},
                    {"verify", o.engine.verify},
                    {"syncs", o.syncs},
                    {"warmup", o.warmup},

@@ -106,6 +106,15 @@ class DeviceBuffer {
   int64_t bytes_ = 0;
 };
 
+// A part of a DeviceBuffer (not owning): the send buffer and the weights share one
+// registered allocation, as do the receive buffer and the live weights.
+struct Region {
+  uint8_t* base = nullptr;
+  int64_t bytes = 0;
+  uint8_t* data() const { return base; }
+  int64_t size() const { return bytes; }
+};
+
 std::unique_ptr<Device> make_cpu_device();
 // A CUDA device, or an Error when this build has no CUDA or the GPU is missing.
 std::unique_ptr<Device> make_cuda_device(int gpu);

@@ -1,9 +1,12 @@
-// The inference side of the sharded engines: on READY, pull the chunk one-sided from the
-// trainer's registered send buffer into the registered receive buffer, copy its pieces
-// into the layerwise buffer of their weight group (one copy() per chunk), tell the trainer
-// (DONE), and when a group is complete run process + copy into the live weights. V3 does
-// the process + copy on the background lane (a second stream on GPUs, a thread on CPUs),
-// so the receive buffer takes the next chunk at once.
+// The inference side of the sharded engines. Pieces whose source is a trainer's own shard
+// are read in one pass from the trainer's weights into the live weights (OnePassReads),
+// where the transport allows. The rest: on READY, pull the chunk one-sided from the
+// trainer's registered send buffer into the registered receive buffer, copy its pieces to
+// their final place (one copy() per chunk) and tell the trainer (DONE). The process is a
+// copy, so pieces are written in place in the live weights; with --layerwise (vLLM's
+// layerwise reload) they go to the layerwise buffer of their weight group instead, and a
+// complete group is processed and copied into the live weights, on the background lane
+// where the row says so (a second stream on GPUs, a thread on CPUs).
 #include <csignal>
 
 #include "common/error.hpp"
@@ -98,6 +101,16 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   std::deque<Pending> landing_free, buffer_free;
   int64_t chunks_left = sched.num_chunks;
   bool corrupted = false;
+  const bool in_place = !opt.layerwise;
+  if (in_place) {  // padding rows (the loaders' zero_() entries) are written in place too
+    std::vector<SynthJob> fills;
+    for (const PlanEntry& en : consumer_side.plan->entries)
+      if (en.is_fill())
+        fills.push_back(SynthJob{consumer_side.live.data() + consumer_side.param_offset[size_t(en.engine_param)], 0, en.copy,
+                                 int32_t(dtype_bytes(consumer_side.plan->params[size_t(en.engine_param)].dtype)), true});
+    device->synth(fills);
+  }
+  int64_t packed_landed = 0;
 
   auto complete_group = [&](int32_t g) {
     DeviceBuffer buf = std::move(buffers.at(g));
@@ -109,6 +122,15 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size(), lane);
     meter.sub(buf.size());
     buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
+  };
+
+  auto after_landing = [&] {
+    if (sync_index == opt.fail_at_sync && world.rank == opt.fail_rank) {
+      transport->flush_sends();
+      std::raise(SIGKILL);  // test hook: this rank dies mid-sync
+    }
+    if (world.rank == opt.slow_rank && opt.slow_ms > 0)  // test hook: a straggler
+      std::this_thread::sleep_for(std::chrono::milliseconds(opt.slow_ms));
   };
 
   auto land = [&](const InFlight& f) {
@@ -129,10 +151,12 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     for (const ChunkPiece& p : ch.pieces) {
       int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
       int32_t g = consumer_side.group_of_param[size_t(ep)];
-      DeviceBuffer& buf = layerwise(g, buffers, meter);
-      jobs.push_back(CopyJob{base + p.buf_offset, buf.data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first),
-                             unpack_copy(p.copy), int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype))});
-      if ((group_left[g] -= p.bytes) == 0) completed.push_back(g);
+      uint8_t* dst = consumer_side.live.data() + consumer_side.param_offset[size_t(ep)];
+      if (!in_place)
+        dst = layerwise(g, buffers, meter).data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first);
+      jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype))});
+      packed_landed += p.bytes;
+      if ((group_left[g] -= p.bytes) == 0 && !in_place) completed.push_back(g);
     }
     device->copy(jobs);
     landing_free.push_back(Pending{device->fence(Lane::kMain), f.offset, f.bytes, {}});
@@ -143,12 +167,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     ++st.messages;
     st.bytes_in += f.bytes;
     --chunks_left;
-    if (sync_index == opt.fail_at_sync && world.rank == opt.fail_rank) {
-      transport->flush_sends();
-      std::raise(SIGKILL);  // test hook: this rank dies mid-sync
-    }
-    if (world.rank == opt.slow_rank && opt.slow_ms > 0)  // test hook: a straggler
-      std::this_thread::sleep_for(std::chrono::milliseconds(opt.slow_ms));
+    after_landing();
   };
 
   auto reclaim = [&] {
@@ -166,10 +185,12 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     return any;
   };
 
+  OnePassReads direct(*this, sched);
   double idle_since = -1;
   IdleBackoff backoff;
-  while (chunks_left > 0) {
+  while (chunks_left > 0 || !direct.done()) {
     bool progressed = reclaim();
+    progressed |= direct.step(st, after_landing);
     CtrlMsg m;
     while (transport->poll(&m)) {
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
@@ -216,14 +237,28 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       backoff.pause();
     }
   }
-  for (const auto& [g, left] : group_left)
-    if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
+  if (in_place) {
+    int64_t expected = 0;
+    for (const auto& [g, bytes] : consumer_side.group_copy_bytes) expected += bytes;
+    if (packed_landed + direct.bytes() != expected)
+      throw Error("consumer: " + std::to_string(packed_landed + direct.bytes()) + " bytes written of the plan's " +
+                  std::to_string(expected) + " at the end of the sync");
+  } else {
+    for (const auto& [g, left] : group_left)
+      if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
+  }
   device->synchronize();  // every fence has passed (and fences are recycled): release all
   for (auto& p : landing_free) arena.release(p.offset, p.bytes);
   for (auto& p : buffer_free) consumer_side.layerwise_pool.give(std::move(p.buffer));
   landing_free.clear();
   buffer_free.clear();
   transport->flush_sends();
+  if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted && direct.first_dst()) {
+    uint8_t b = 0;  // test hook, every piece read in one pass: one flipped bit must fail verification
+    device->to_host(&b, direct.first_dst(), 1);
+    b ^= 0x01;
+    device->from_host(direct.first_dst(), &b, 1);
+  }
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
   if (opt.verify) verify(version, st);

@@ -31,6 +31,13 @@ struct SyncOptions {
   int64_t bucket_bytes = 64 << 20;       // broadcast bucket
   int inflight = 2;                      // V3: gathered weight groups a trainer may hold
   bool verify = true;
+  // One pass: consumers read the trainers' weights themselves where the transport allows
+  // (pieces from the trainer's own shards), writing the engine parameters in place.
+  bool one_pass = true;
+  // vLLM's layerwise reload: pieces land in a per-group buffer, processed and copied into
+  // the live weights when the group is complete (on the row's lane); every piece packed.
+  // Off (the default, a copy process): pieces are written in place in the live weights.
+  bool layerwise = false;
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
   int corrupt_at_sync = -1;
   int stale_at_sync = -1;
@@ -110,6 +117,8 @@ class Engines {
   std::string device_description() const;
   // How gathers and the broadcast run ("mpi", "nccl", "mpi-staged"), for the rank map.
   std::string collectives_description() const;
+  // How consumers read trainers' weights in one pass: "mapped ...", "contiguous ...", "off ...".
+  std::string one_pass_description() const;
   const RankPlan* my_plan() const;
 
   // The engines' state (internal.hpp), opaque here; public so that the engines' own files

@@ -24,18 +24,21 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
   if (!transport->supports(opt.memory))
     throw InputError("--transport", opt.transport, "cannot move " + std::string(opt.memory == MemKind::kCuda ? "GPU" : "host") +
                                                        " memory in this build");
+  if (opt.one_pass && !opt.layerwise) one_pass = transport->maps_peer_memory() ? OnePass::kMapped : OnePass::kContiguous;
   // Collective set-up in a fixed order on every rank: trainer groups, then the broadcast group.
   if (world.trainer) {
     trainer_side.trainers_comm = make_group_comm(world.trainers, *device);
     trainer_side.tp_comm = make_group_comm(world.tp_group, *device);
     trainer_side.etp_comm = make_group_comm(world.etp_group, *device);
-    trainer_side.shards = std::make_unique<TrainerShards>(model, trainer, world.rank, *device);
-    trainer_side.send_buffer = DeviceBuffer(device.get(), opt.send_buffer_bytes);
+    const int64_t weights = weights_layout(model, trainer, world.rank).bytes;
+    trainer_side.registered = DeviceBuffer(device.get(), weights_base() + weights);
+    trainer_side.send_buffer = Region{trainer_side.registered.data(), opt.send_buffer_bytes};
+    trainer_side.shards =
+        std::make_unique<TrainerShards>(model, trainer, world.rank, trainer_side.registered.data() + weights_base(), *device);
   }
   if (world.bcast != MPI_COMM_NULL) bcast_comm = make_group_comm(world.bcast, *device);
   if (!world.trainer) {
     consumer_side.plan = &plans.at(size_t(world.local_rank));
-    consumer_side.landing = DeviceBuffer(device.get(), opt.recv_buffer_bytes);
     int64_t off = 0;
     for (const EngineParam& ep : consumer_side.plan->params) {
       consumer_side.param_offset.push_back(off);
@@ -45,7 +48,9 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
       span.second += ep.bytes();
       off += ep.bytes();
     }
-    consumer_side.live = DeviceBuffer(device.get(), off);
+    consumer_side.registered = DeviceBuffer(device.get(), live_base() + off);
+    consumer_side.landing = Region{consumer_side.registered.data(), opt.recv_buffer_bytes};
+    consumer_side.live = Region{consumer_side.registered.data() + live_base(), off};
     for (const PlanEntry& e : consumer_side.plan->entries)
       if (!e.is_fill())
         consumer_side.group_copy_bytes[consumer_side.group_of_param[size_t(e.engine_param)]] +=
@@ -57,6 +62,20 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
 GatherContext Engines::Impl::gather_context() {
   return GatherContext{&model, &trainer, trainer_side.shards.get(), &world, device.get(), trainer_side.trainers_comm.get(), trainer_side.tp_comm.get(),
                        trainer_side.etp_comm.get()};
+}
+
+const WeightsLayout& Engines::Impl::weights_of(int trainer_rank) {
+  auto it = trainer_weights.find(trainer_rank);
+  if (it == trainer_weights.end()) it = trainer_weights.emplace(trainer_rank, weights_layout(model, trainer, trainer_rank)).first;
+  return it->second;
+}
+
+bool Engines::Impl::reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const {
+  if (one_pass == OnePass::kOff || !slab_is_own_shard(model, trainer, piece.hf, policy, trainer_rank)) return false;
+  if (one_pass == OnePass::kMapped) return true;
+  CopyDesc d = piece.copy;  // one run on both sides: a single get
+  coalesce(d);
+  return d.dims.size() == 1 && d.dims[0].src_stride == 1 && d.dims[0].dst_stride == 1;
 }
 
 const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
@@ -90,12 +109,16 @@ const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
     s.expected.assign(s.units.size(), std::vector<std::vector<ChunkPiece>>(plans.size()));
     if (engine_spec(e).delivery != Delivery::kPull) return s;
     const Routes& r = routes_for(source_policy(e));
+    s.direct_bytes.assign(plans.size(), 0);
     for (const RankPlan& p : plans)
       for (const Pull& pull : r.pulls[size_t(p.local_rank)]) {
         if (pull.trainer_rank != world.rank) continue;
         const PlanEntry& entry = p.entries[size_t(pull.entry)];
-        s.expected[size_t(s.unit_of_hf[size_t(entry.hf_param)])][size_t(p.local_rank)].push_back(
-            ChunkPiece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0});
+        ChunkPiece piece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0};
+        if (reads_directly(source_policy(e), world.rank, piece))
+          s.direct_bytes[size_t(p.local_rank)] += piece.copy.numel * dtype_bytes(model.param(piece.hf).dtype);
+        else
+          s.expected[size_t(s.unit_of_hf[size_t(entry.hf_param)])][size_t(p.local_rank)].push_back(std::move(piece));
       }
     return s;
   });
@@ -109,11 +132,27 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
     const Routes& r = routes_for(source_policy(e));
     s.pulls = make_rank_schedule(s.units, s.unit_of_hf, *consumer_side.plan, r.pulls[size_t(world.local_rank)]);
     s.chunks.resize(s.units.size());
-    for (size_t u = 0; u < s.units.size(); ++u)
-      for (const auto& [t, pulls] : s.pulls.pulls[u]) {
+    for (size_t u = 0; u < s.units.size(); ++u) {
+      auto& per_trainer = s.pulls.pulls[u];
+      for (auto& [t, pulls] : per_trainer) {  // one-pass pieces leave the packed schedule
+        std::vector<ChunkPiece> packed;
+        for (ChunkPiece& p : pulls) {
+          if (reads_directly(source_policy(e), t, p)) {
+            p.bytes = p.copy.numel * dtype_bytes(model.param(p.hf).dtype);
+            s.direct_bytes += p.bytes;
+            s.direct[t].push_back(std::move(p));
+          } else {
+            packed.push_back(std::move(p));
+          }
+        }
+        pulls = std::move(packed);
+      }
+      std::erase_if(per_trainer, [](const auto& tp) { return tp.second.empty(); });
+      for (const auto& [t, pulls] : per_trainer) {
         s.chunks[u].emplace_back(t, make_chunks(model, pulls, chunk_bytes));
         s.num_chunks += int64_t(s.chunks[u].back().second.size());
       }
+    }
     return s;
   });
 }
@@ -134,11 +173,11 @@ double Engines::bootstrap() {
   Registration reg;
   reg.kind = impl_->device->kind();
   if (impl_->world.trainer) {
-    reg.export_base = impl_->trainer_side.send_buffer.data();
-    reg.export_bytes = size_t(impl_->trainer_side.send_buffer.size());
+    reg.export_base = impl_->trainer_side.registered.data();
+    reg.export_bytes = size_t(impl_->trainer_side.registered.size());
   } else {
-    reg.landing_base = impl_->consumer_side.landing.data();
-    reg.landing_bytes = size_t(impl_->consumer_side.landing.size());
+    reg.landing_base = impl_->consumer_side.registered.data();
+    reg.landing_bytes = size_t(impl_->consumer_side.registered.size());
   }
   impl_->transport->bootstrap(impl_->world.comm, reg);
   impl_->publish_contact();
@@ -153,6 +192,8 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
     int32_t stale = -1;
     if (sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()) stale = m.trainer_side.shards->shards().front().hf;
     m.trainer_side.shards->fill(version, stale);
+    // Consumers may read the weights as soon as START arrives: every trainer has filled them.
+    MPI_CHECK(MPI_Barrier(m.world.trainers));
     // Replacements for dead ranks come in at the boundary (rank 0 decides).
     m.accept_joins(version);
     // A broadcast is a collective over every rank: once one has died, it cannot run.
@@ -268,6 +309,15 @@ std::string Engines::collectives_description() const {
   if (m.trainer_side.tp_comm) s += "gather " + m.trainer_side.trainers_comm->name();
   if (m.bcast_comm) s += std::string(s.empty() ? "" : ", ") + "bcast " + m.bcast_comm->name();
   return s.empty() ? "-" : s;
+}
+
+std::string Engines::one_pass_description() const {
+  switch (impl_->one_pass) {
+    case OnePass::kMapped: return "mapped (pieces of trainers' own shards: copy kernels through the transport's mapping)";
+    case OnePass::kContiguous: return "contiguous (one-run pieces of trainers' own shards: one-sided gets into the live weights)";
+    case OnePass::kOff: break;
+  }
+  return impl_->opt.layerwise ? "off (--layerwise: every piece packed)" : "off (--one-pass off)";
 }
 
 const RankPlan* Engines::my_plan() const { return impl_->consumer_side.plan; }

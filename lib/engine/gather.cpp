@@ -29,6 +29,7 @@ CopyJob place_box(const ParamMeta& p, int64_t slab_lo, int64_t slab_hi, const Bo
 
 }  // namespace
 
+
 UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy policy) : ctx_(ctx) {
   rank_ = ctx.world->rank;
   for (int32_t hf : unit.tensors) plan_tensor(hf, policy);
@@ -51,7 +52,7 @@ UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy 
       const TrainerShards::Shard* s = ctx_.shards->find(x.hf);
       if (!s || !(s->box == x.box))
         throw Error("gather: rank " + std::to_string(rank_) + " does not hold its piece of " + ctx_.model->param(x.hf).name);
-      dev.memcpy(g.send.data() + off, s->data.data(), x.bytes);
+      dev.memcpy(g.send.data() + off, s->data, x.bytes);
       off += x.bytes;
     }
     g.receives = !g.to_root || me == 0;
@@ -76,78 +77,107 @@ UnitGather::CommGather& UnitGather::comm_for(GroupComm* comm, bool to_root, size
   return *comms_.back();
 }
 
-void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
-  const TrainerPlacement& tr = *ctx_.trainer;
-  const ParamMeta& p = ctx_.model->param(hf);
-  const int64_t eb = dtype_bytes(p.dtype);
-  if (policy == SourcePolicy::kDirect) {  // no gather: pulls read this rank's own shard
-    if (const TrainerShards::Shard* s = ctx_.shards->find(hf)) slabs_[hf] = SlabRef{s->data.data(), 0, s->box.numel()};
-    return;
-  }
-  // This rank's slab after the gather, if any.
+namespace {
+
+// What `rank` does for one tensor under a policy: its slab after the gather, the group it
+// gathers with and who contributes which piece. One place for the trainer's gather and for
+// the consumers' question whether a slab is the trainer's own shard.
+struct SlabPlan {
+  bool have = false;     // this rank serves a slab of the tensor
   int64_t lo = 0, hi = 0;
-  bool have = false;
-  for (const Slab& s : source_slabs(tr, hf, policy))
-    if (s.rank == rank_) {
-      lo = s.lo;
-      hi = s.hi;
-      have = true;
-    }
-  GroupComm* comm = nullptr;
-  std::vector<int> members;
+  int group = 0;         // 0: every trainer, 1: TP group, 2: ETP group
   bool to_root = false;
+  std::vector<int> members;
+  std::vector<std::pair<int, TrainerPlacement::Piece>> contributions;  // (member, piece)
+  bool needs_slab = false;
+  bool no_comm = false;  // one piece is the slab and everyone who needs it holds it
+};
+
+SlabPlan plan_slab(const ModelSpec& model, const TrainerPlacement& tr, int32_t hf, SourcePolicy policy, int rank) {
+  SlabPlan sp;
+  const ParamMeta& p = model.param(hf);
+  for (const Slab& s : source_slabs(tr, hf, policy))
+    if (s.rank == rank) {
+      sp.lo = s.lo;
+      sp.hi = s.hi;
+      sp.have = true;
+    }
   if (policy == SourcePolicy::kRootOnly) {
-    comm = ctx_.trainers;
-    to_root = true;
-    for (int r = 0; r < tr.world_size(); ++r) members.push_back(r);
-    lo = 0;
-    hi = p.numel();
+    sp.to_root = true;
+    for (int r = 0; r < tr.world_size(); ++r) sp.members.push_back(r);
+    sp.lo = 0;
+    sp.hi = p.numel();
   } else if (policy == SourcePolicy::kEverywhere) {
-    comm = ctx_.trainers;
-    for (int r = 0; r < tr.world_size(); ++r) members.push_back(r);
+    for (int r = 0; r < tr.world_size(); ++r) sp.members.push_back(r);
   } else {
-    if (!have) return;  // not this rank's stage or expert
-    int dp = tr.dp_rank_of(rank_), pp = tr.pp_rank_of(rank_);
+    if (!sp.have) return sp;  // not this rank's stage or expert
+    int dp = tr.dp_rank_of(rank), pp = tr.pp_rank_of(rank);
     if (is_expert_kind(p.kind)) {
-      comm = ctx_.etp_group;
-      int ep = tr.ep_rank_of(rank_), edp = (rank_ / (tr.etp() * tr.ep())) % tr.edp();
-      for (int et = 0; et < tr.etp(); ++et) members.push_back(tr.expert_rank(et, ep, edp, pp));
+      sp.group = 2;
+      int ep = tr.ep_rank_of(rank), edp = (rank / (tr.etp() * tr.ep())) % tr.edp();
+      for (int et = 0; et < tr.etp(); ++et) sp.members.push_back(tr.expert_rank(et, ep, edp, pp));
     } else {
-      comm = ctx_.tp_group;
-      for (int t = 0; t < tr.tp(); ++t) members.push_back(tr.dense_rank(t, dp, pp));
+      sp.group = 1;
+      for (int t = 0; t < tr.tp(); ++t) sp.members.push_back(tr.dense_rank(t, dp, pp));
     }
   }
   // Pieces overlapping the slab, each from the first member holding it.
   int64_t row = p.numel() / p.shape[0];
-  std::vector<std::pair<int, TrainerPlacement::Piece>> contributions;
   for (const auto& piece : tr.pieces(hf)) {
-    int64_t plo = lo, phi = hi;  // a piece spanning dim 0 overlaps any slab
+    int64_t plo = sp.lo, phi = sp.hi;  // a piece spanning dim 0 overlaps any slab
     if (p.shape.size() == 1 || piece.box.start[0] != 0 || piece.box.length[0] != p.shape[0]) {
       plo = piece.box.start[0] * row;  // a dim-0 range: exact
       phi = plo + piece.box.length[0] * row;
     }
-    if (phi <= lo || plo >= hi) continue;
+    if (phi <= sp.lo || plo >= sp.hi) continue;
     int member = -1;
-    for (size_t m = 0; m < members.size() && member < 0; ++m)
-      if (std::find(piece.ranks.begin(), piece.ranks.end(), members[m]) != piece.ranks.end()) member = int(m);
+    for (size_t m = 0; m < sp.members.size() && member < 0; ++m)
+      if (std::find(piece.ranks.begin(), piece.ranks.end(), sp.members[m]) != piece.ranks.end()) member = int(m);
     if (member < 0) throw Error("gather: no member of this rank's group holds a piece of " + p.name);
-    contributions.emplace_back(member, piece);
+    sp.contributions.emplace_back(member, piece);
   }
-  bool needs_slab = policy != SourcePolicy::kRootOnly || rank_ == 0;
+  sp.needs_slab = policy != SourcePolicy::kRootOnly || rank == 0;
   // No communication when one piece is the slab and everyone who needs it holds it: every
   // member (all-gather) or the root (gather). The decision is the same on every member.
-  if (contributions.size() == 1) {
-    const auto& holders = contributions[0].second.ranks;
+  if (sp.contributions.size() == 1) {
+    const auto& holders = sp.contributions[0].second.ranks;
     auto holds = [&](int r) { return std::find(holders.begin(), holders.end(), r) != holders.end(); };
-    bool no_comm = to_root ? holds(members[0]) : std::all_of(members.begin(), members.end(), holds);
-    if (no_comm) {
-      if (needs_slab) {
-        const TrainerShards::Shard* s = ctx_.shards->find(hf);
-        if (!s || s->box.numel() != hi - lo) throw Error("gather: shard of " + p.name + " is not its slab");
-        slabs_[hf] = SlabRef{s->data.data(), lo, hi};
-      }
-      return;
+    sp.no_comm = sp.to_root ? holds(sp.members[0]) : std::all_of(sp.members.begin(), sp.members.end(), holds);
+  }
+  return sp;
+}
+
+}  // namespace
+
+bool slab_is_own_shard(const ModelSpec& model, const TrainerPlacement& trainer, int32_t hf, SourcePolicy policy,
+                       int rank) {
+  if (policy == SourcePolicy::kDirect) return true;
+  const SlabPlan sp = plan_slab(model, trainer, hf, policy, rank);
+  return sp.have && sp.needs_slab && sp.no_comm;
+}
+
+void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
+  const ParamMeta& p = ctx_.model->param(hf);
+  const int64_t eb = dtype_bytes(p.dtype);
+  if (policy == SourcePolicy::kDirect) {  // no gather: pulls read this rank's own shard
+    if (const TrainerShards::Shard* s = ctx_.shards->find(hf)) slabs_[hf] = SlabRef{s->data, 0, s->box.numel()};
+    return;
+  }
+  const SlabPlan sp = plan_slab(*ctx_.model, *ctx_.trainer, hf, policy, rank_);
+  if (policy != SourcePolicy::kRootOnly && policy != SourcePolicy::kEverywhere && !sp.have) return;
+  const int64_t lo = sp.lo, hi = sp.hi;
+  GroupComm* comm = sp.group == 0 ? ctx_.trainers : sp.group == 1 ? ctx_.tp_group : ctx_.etp_group;
+  const bool to_root = sp.to_root;
+  const bool needs_slab = sp.needs_slab;
+  const auto& members = sp.members;
+  const auto& contributions = sp.contributions;
+  if (sp.no_comm) {
+    if (needs_slab) {
+      const TrainerShards::Shard* s = ctx_.shards->find(hf);
+      if (!s || s->box.numel() != hi - lo) throw Error("gather: shard of " + p.name + " is not its slab");
+      slabs_[hf] = SlabRef{s->data, lo, hi};
     }
+    return;
   }
   CommGather& g = comm_for(comm, to_root, members.size());
   for (const auto& [member, piece] : contributions)

@@ -34,6 +34,12 @@ struct GatherContext {
   GroupComm* etp_group = nullptr;
 };
 
+// Whether `rank`'s slab of `hf` under `policy` is its own shard, untouched by a collective
+// (always under kDirect; otherwise the gather's no-communication case, e.g. TP1): consumers
+// may then read the trainer's weights themselves. Every rank answers alike.
+bool slab_is_own_shard(const ModelSpec& model, const TrainerPlacement& trainer, int32_t hf, SourcePolicy policy,
+                       int rank);
+
 class UnitGather {
  public:
   UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy policy);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <deque>
 #include <map>
 #include <optional>
@@ -27,6 +28,17 @@ enum MsgType : uint32_t {
   kMsgFinish = 7,     // end of the run; a = 1 when some rank failed
   kMsgJoin = 8,       // a replacement for a dead rank; payload = contact bytes + fingerprint
   kMsgReject = 9,     // to a replacement: not taken; payload = the reason
+  kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
+};
+
+// How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
+// engine parameters' final place, no staging on either side), for pieces whose source is
+// the trainer's own shard (V4 always; V1-V3 where no gather touches it). Every rank
+// derives the same answer, so producer and consumer agree on which pieces are packed.
+enum class OnePass : uint8_t {
+  kOff,         // --one-pass off or --layerwise: every piece is packed
+  kContiguous,  // one-sided gets between registered regions: pieces that are one run on both sides
+  kMapped,      // the transport maps the trainer's memory (CUDA IPC): any piece, strided copies
 };
 
 // The units of one engine row, and the unit of each HF tensor.
@@ -39,14 +51,19 @@ struct UnitSchedule {
 struct ConsumerSchedule : UnitSchedule {
   // chunks[unit] = list of (trainer, chunks)
   std::vector<std::vector<std::pair<int, std::vector<Chunk>>>> chunks;
-  RankSchedule pulls;
+  RankSchedule pulls;   // packed pulls (requested from the trainers)
   int64_t num_chunks = 0;
+  // One-pass reads (not requested): per trainer, every piece it reads itself, in unit order.
+  std::map<int, std::vector<ChunkPiece>> direct;
+  int64_t direct_bytes = 0;
 };
 
 // The producer's view of one engine.
 struct ProducerSchedule : UnitSchedule {
-  // expected[unit][local rank] = the pulls this trainer serves (from the routes)
+  // expected[unit][local rank] = the packed pulls this trainer serves (from the routes)
   std::vector<std::vector<std::vector<ChunkPiece>>> expected;
+  // Per local rank: bytes it reads from this trainer in one pass (> 0: READ_DONE awaited).
+  std::vector<int64_t> direct_bytes;
 };
 
 // A cached request: per unit, per local rank, the pulls it asked for (kept across syncs by
@@ -54,10 +71,12 @@ struct ProducerSchedule : UnitSchedule {
 using RequestCache = std::vector<std::vector<std::optional<std::vector<ChunkPiece>>>>;
 
 // What a trainer rank holds: its shards, the registered send buffer, its gather groups, the
-// schedule of each engine and the requests consumers sent.
+// schedule of each engine and the requests consumers sent. One registered allocation holds
+// the send buffer (at 0) and the weights (at Impl::weights_base()).
 struct TrainerSide {
+  DeviceBuffer registered;
   std::unique_ptr<TrainerShards> shards;
-  DeviceBuffer send_buffer;
+  Region send_buffer;
   std::unique_ptr<GroupComm> trainers_comm, tp_comm, etp_comm;  // gathers
   std::map<int, ProducerSchedule> schedules;                    // by engine
   std::map<int, RequestCache> request_cache;                    // by engine
@@ -65,11 +84,14 @@ struct TrainerSide {
 
 // What an inference rank holds: its plan, the registered receive buffer, the live weights
 // (engine params in creation order) and where each weight group lies in them, the schedule
-// of each engine, and the START/FINISH it is waiting for.
+// of each engine, and the START/FINISH it is waiting for. One registered allocation holds
+// the receive buffer (at 0) and the live weights (at Impl::live_base()), so one-sided gets
+// land in either.
 struct ConsumerSide {
   const RankPlan* plan = nullptr;
-  DeviceBuffer landing;
-  DeviceBuffer live;
+  DeviceBuffer registered;
+  Region landing;
+  Region live;
   std::vector<int64_t> param_offset;                          // byte offset of each engine param in `live`
   std::vector<int32_t> group_of_param;
   std::map<int32_t, std::pair<int64_t, int64_t>> group_span;  // group -> (offset, bytes) in live
@@ -100,6 +122,48 @@ struct RejoinState {
   std::vector<RejoinEvent> log, last;
 };
 
+// One sync's one-pass reads on a consumer (one_pass.cpp): every piece it reads from the
+// trainers' weights itself, written in place in the live weights. Mapped (CUDA IPC): one
+// copy launch per trainer through the mapping; otherwise one-sided gets between the
+// registered regions, at most a chunk each, a bounded number in flight. When every read
+// from a trainer has completed the trainer is told (READ_DONE); until then it hears a
+// keep-alive every second, so a long read is not taken for a dead consumer.
+class OnePassReads {
+ public:
+  OnePassReads(Engines::Impl& m, const ConsumerSchedule& s);
+  // Posts and completes reads; `landed` runs after each completion (test hooks). True when
+  // anything happened.
+  template <class F>
+  bool step(RankStats& st, F&& landed) {
+    bool any = post(st) | complete(st, [&] { landed(); });
+    keep_alive(st);
+    return any;
+  }
+  bool done() const { return left_.empty(); }
+  int64_t bytes() const { return bytes_; }
+  // Where the first byte read lands in the live weights (the corruption test hook).
+  uint8_t* first_dst() const { return first_dst_; }
+
+ private:
+  struct Get {
+    int trainer;
+    int64_t remote, local, bytes;
+    double posted;
+  };
+  bool post(RankStats& st);
+  bool complete(RankStats& st, const std::function<void()>& landed);
+  void keep_alive(RankStats& st);
+  void finished(int trainer, RankStats& st);
+  Engines::Impl& m_;
+  std::deque<Get> queue_;
+  std::map<int64_t, Get> in_flight_;          // by transport get id
+  std::map<int, int64_t> left_;               // trainer -> bytes not yet read
+  std::map<int, std::pair<Fence, double>> launched_;  // mapped: trainer -> its copy's fence, launch time
+  int64_t bytes_ = 0;
+  uint8_t* first_dst_ = nullptr;
+  double last_keep_alive_ = 0;
+};
+
 struct Engines::Impl {
   World& world;
   const ModelSpec& model;
@@ -112,6 +176,15 @@ struct Engines::Impl {
   int64_t chunk_bytes = 0;
   std::unique_ptr<GroupComm> bcast_comm;  // rank 0 + every inference rank (broadcast baseline)
   std::map<int, Routes> routes;           // by source policy
+  OnePass one_pass = OnePass::kOff;
+  std::map<int, WeightsLayout> trainer_weights;  // consumers: layouts of the trainers they read
+
+  // Byte offsets in the registered allocations (256-aligned after the buffers).
+  int64_t weights_base() const { return (opt.send_buffer_bytes + 255) & ~int64_t(255); }
+  int64_t live_base() const { return (opt.recv_buffer_bytes + 255) & ~int64_t(255); }
+  // Whether the consumer reads `piece` (served by `trainer_rank` under `policy`) in one pass.
+  bool reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const;
+  const WeightsLayout& weights_of(int trainer_rank);
 
   TrainerSide trainer_side;
   ConsumerSide consumer_side;

@@ -1,6 +1,8 @@
 // The trainer side of the sharded engines: gather a unit, pack each consumer's pulls into
 // chunks of the registered send buffer, tell the consumers (READY), and release the unit
-// once every live consumer has pulled its last chunk (DONE). V3 keeps up to `inflight`
+// once every live consumer has pulled its last chunk (DONE). Pieces consumers read in one
+// pass from the weights themselves need nothing from the trainer but to keep its weights
+// unchanged until each such consumer says READ_DONE. V3 keeps up to `inflight`
 // units gathered, so the next gather overlaps the current pulls, and packs chunk k+1
 // while chunk k is being read. Chunks of different local ranks are packed together, a
 // round at a time.
@@ -65,12 +67,19 @@ class Producer {
     if (cache_.empty() || per_sync_requests_)
       cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
     meter_.add(m.trainer_side.send_buffer.size());
+    for (int l = 0; l < num_locals_; ++l)
+      if (sched_.direct_bytes[size_t(l)] > 0)
+        for (int c : m.consumers_of_local(l)) {
+          direct_waiting_[c] = sched_.direct_bytes[size_t(l)];
+          ++peers_.owed[c];
+          peers_.last_heard[c] = now_s();
+        }
   }
 
   RankStats run() {
     const double t0 = now_s();
     double next_check = now_s() + 0.1;
-    while (released_ < num_units_) {
+    while (released_ < num_units_ || !direct_waiting_.empty()) {
       bool progressed = receive();
       if (now_s() > next_check) {
         next_check = now_s() + 0.1;
@@ -117,6 +126,14 @@ class Producer {
       take_request(msg);
     } else if (msg.type == kMsgDone) {
       take_done(msg);
+    } else if (msg.type == kMsgReadDone) {
+      if (msg.c == 0) return;  // a keep-alive: still reading
+      auto it = direct_waiting_.find(msg.from);
+      if (it != direct_waiting_.end() && !m_.liveness.dead[size_t(msg.from)]) {
+        st_.bytes_out += it->second;
+        --peers_.owed[msg.from];
+        direct_waiting_.erase(it);
+      }
     } else if (msg.type == kMsgReport && m_.world.rank == 0) {
       m_.liveness.early_reports.push_back(msg);  // a consumer finished before this rank did
     } else if (msg.type == kMsgJoin && m_.world.rank == 0) {
@@ -164,6 +181,7 @@ class Producer {
     m_.declare_dead(c);
     ++st_.peers_lost;
     peers_.owed.erase(c);
+    direct_waiting_.erase(c);
     for (auto& [u, w] : active_)
       for (LocalRankWork& lw : w->locals)
         for (PackedChunk& pc : lw.packed)
@@ -431,6 +449,7 @@ class Producer {
   int next_gather_ = 0, released_ = 0;
   IdleBackoff backoff_;
   Liveness peers_;
+  std::map<int, int64_t> direct_waiting_;  // consumers reading this rank's weights in one pass: their bytes
 };
 
 }  // namespace

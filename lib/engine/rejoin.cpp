@@ -97,7 +97,8 @@ std::string Engines::Impl::fingerprint() const {
   return model.name() + " (" + std::to_string(model.params().size()) + " tensors), trainer " + trainer.layout().describe() +
          ", inference " + inference.layout().describe() + ", chunk " + std::to_string(chunk_bytes) + " (format " +
          std::to_string(kChunkFormat) + "), " +
-         (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory";
+         (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory, send buffer " + std::to_string(opt.send_buffer_bytes) +
+         ", one-pass " + std::to_string(int(one_pass)) + (opt.layerwise ? ", layerwise" : "");
 }
 
 void Engines::Impl::publish_contact() {
@@ -231,8 +232,8 @@ double Engines::join(double timeout_s) {
   }
   Registration reg;
   reg.kind = m.device->kind();
-  reg.landing_base = m.consumer_side.landing.data();
-  reg.landing_bytes = size_t(m.consumer_side.landing.size());
+  reg.landing_base = m.consumer_side.registered.data();
+  reg.landing_bytes = size_t(m.consumer_side.registered.size());
   m.transport->join(m.world.rank, m.world.size, contacts, reg);
   CtrlMsg j;
   j.type = kMsgJoin;

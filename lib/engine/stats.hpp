@@ -19,6 +19,7 @@ struct RankStats {
   double process_s = 0;    // unpack into the layerwise buffer + process + copy into live weights
   double verify_s = 0;
   int64_t bytes_in = 0;    // bytes this rank received (gets or broadcast)
+  int64_t one_pass_bytes = 0;  // consumer: of bytes_in, read from trainers' weights in one pass
   int64_t bytes_out = 0;   // bytes peers pulled from this rank
   int64_t messages = 0;    // control messages sent
   int64_t gets = 0;

@@ -10,20 +10,35 @@ CopyDesc box_desc(const std::vector<int64_t>& shape, const Box& box) {
   return make_pack_desc(v, 0);
 }
 
-TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, Device& device)
-    : model_(&model), device_(&device) {
-  index_.assign(model.params().size(), -1);
-  for (int32_t i = 0; i < int32_t(model.params().size()); ++i) {
+WeightsLayout weights_layout(const ModelSpec& model, const TrainerPlacement& trainer, int rank) {
+  WeightsLayout w;
+  w.offset.assign(model.params().size(), -1);
+  w.box.resize(model.params().size());
+  for (int32_t i = 0; i < int32_t(model.params().size()); ++i)
     for (const auto& piece : trainer.pieces(i)) {
       if (std::find(piece.ranks.begin(), piece.ranks.end(), rank) == piece.ranks.end()) continue;
-      Shard s;
-      s.hf = i;
-      s.box = piece.box;
-      s.data = DeviceBuffer(&device, piece.box.numel() * dtype_bytes(model.param(i).dtype));
-      bytes_ += s.data.size();
-      index_[size_t(i)] = int32_t(shards_.size());
-      shards_.push_back(std::move(s));
+      w.offset[size_t(i)] = w.bytes;
+      w.box[size_t(i)] = piece.box;
+      w.bytes += (piece.box.numel() * dtype_bytes(model.param(i).dtype) + 255) & ~int64_t(255);
     }
+  return w;
+}
+
+TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, uint8_t* region,
+                             Device& device)
+    : model_(&model), device_(&device) {
+  const WeightsLayout w = weights_layout(model, trainer, rank);
+  index_.assign(model.params().size(), -1);
+  for (int32_t i = 0; i < int32_t(model.params().size()); ++i) {
+    if (w.offset[size_t(i)] < 0) continue;
+    Shard s;
+    s.hf = i;
+    s.box = w.box[size_t(i)];
+    s.data = region + w.offset[size_t(i)];
+    s.bytes = s.box.numel() * dtype_bytes(model.param(i).dtype);
+    bytes_ += s.bytes;
+    index_[size_t(i)] = int32_t(shards_.size());
+    shards_.push_back(std::move(s));
   }
 }
 
@@ -32,7 +47,7 @@ void TrainerShards::fill(uint64_t version, int32_t skip_hf) {
   for (Shard& s : shards_) {
     if (s.hf == skip_hf) continue;
     const ParamMeta& p = model_->param(s.hf);
-    jobs.push_back(SynthJob{s.data.data(), synth_seed(s.hf, version), box_desc(p.shape, s.box),
+    jobs.push_back(SynthJob{s.data, synth_seed(s.hf, version), box_desc(p.shape, s.box),
                             int32_t(dtype_bytes(p.dtype)), false});
   }
   device_->synth(jobs);

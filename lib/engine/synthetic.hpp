@@ -49,15 +49,27 @@ void for_each_box_run(const std::vector<int64_t>& shape, const Box& box, F&& f) 
   }
 }
 
+// Where a trainer rank keeps its shards: one contiguous region, as a Megatron trainer keeps
+// its parameters in contiguous buffers (one registration covers them all), shards in HF
+// order, 256-byte aligned. A function of (model, placement, rank) only, so a consumer knows
+// where any piece lies in any trainer's weights without asking.
+struct WeightsLayout {
+  std::vector<int64_t> offset;  // per HF tensor: bytes from the region's start, -1: not held
+  std::vector<Box> box;         // per HF tensor: the held box (stored row-major)
+  int64_t bytes = 0;
+};
+WeightsLayout weights_layout(const ModelSpec& model, const TrainerPlacement& trainer, int rank);
+
 // The pieces of HF tensors one trainer rank holds (its shard), filled per version, in the
-// memory of `device` (host or GPU).
+// memory of `device` (host or GPU) at `region` (weights_layout(...).bytes of it).
 class TrainerShards {
  public:
-  TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, Device& device);
+  TrainerShards(const ModelSpec& model, const TrainerPlacement& trainer, int rank, uint8_t* region, Device& device);
   struct Shard {
     int32_t hf = -1;
     Box box;
-    DeviceBuffer data;  // box elements, row-major
+    uint8_t* data = nullptr;  // box elements, row-major, in the weights region
+    int64_t bytes = 0;
   };
   // Refills every shard with `version` (the optimizer step); `skip_hf` keeps one stale.
   void fill(uint64_t version, int32_t skip_hf = -1);

@@ -37,7 +37,7 @@ EngineSummary summarize(const EngineRun& run) {
   EngineSummary s;
   s.engine = run.engine;
   std::vector<double> times, gather, pack, transfer, process, wait, verify, rank_bw, tpeak, cpeak;
-  int64_t moved = 0, messages = 0, gets = 0;
+  int64_t moved = 0, one_pass = 0, messages = 0, gets = 0;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
     for (const RankStats& r : ranks) s.wrong += r.mismatches;
@@ -59,6 +59,7 @@ EngineSummary summarize(const EngineRun& run) {
         wait.push_back(r.wait_s);
         verify.push_back(r.verify_s);
         moved += r.bytes_in;
+        one_pass += r.one_pass_bytes;
         if (r.total_s > 0) rank_bw.push_back(double(r.bytes_in) / r.total_s / 1e9);
         cpeak.push_back(double(r.peak_staging_bytes));
       }
@@ -74,6 +75,7 @@ EngineSummary summarize(const EngineRun& run) {
   s.wait_s = mean(wait);
   s.verify_s = mean(verify);
   s.bytes_moved = moved / n;
+  s.one_pass_bytes = one_pass / n;
   s.aggregate_gbps = s.time_s.avg > 0 ? double(s.bytes_moved) / s.time_s.avg / 1e9 : 0;
   s.rank_gbps = reduce(rank_bw);
   s.trainer_peak_bytes = reduce(tpeak);
@@ -88,7 +90,7 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
   std::vector<Column> cols = {{"engine", "", true}, {"syncs", ""}, {"time", "s"}, {"min", "s"}, {"max", "s"},
                               {"gather", "s"}, {"pack", "s"}, {"transfer", "s"}, {"process", "s"}, {"moved", "MB"},
                               {"agg_bw", "GB/s"}, {"rank_bw", "GB/s"}, {"tr_peak", "MB"}, {"inf_peak", "MB"},
-                              {"msgs", ""}, {"#wrong", ""}, {"vs_bcast", "x"}};
+                              {"1pass", "%"}, {"msgs", ""}, {"#wrong", ""}, {"vs_bcast", "x"}};
   if (link_gbps > 0) cols.push_back({"of_link", "%"});
   Table t(cols);
   if (!title.empty()) t.add_title(title);
@@ -101,7 +103,9 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
         r.engine, fmt_int(r.timed_syncs), f(r.time_s.avg), f(r.time_s.min), f(r.time_s.max), f(r.gather_s),
         f(r.pack_s), f(r.transfer_s), f(r.process_s), fmt_fixed(double(r.bytes_moved) / 1e6, 3),
         fmt_fixed(r.aggregate_gbps, 3), fmt_fixed(r.rank_gbps.avg, 3), fmt_fixed(r.trainer_peak_bytes.max / 1e6, 3),
-        fmt_fixed(r.consumer_peak_bytes.max / 1e6, 3), fmt_int(r.messages), fmt_int(r.wrong),
+        fmt_fixed(r.consumer_peak_bytes.max / 1e6, 3),
+        r.bytes_moved > 0 ? fmt_fixed(100.0 * double(r.one_pass_bytes) / double(r.bytes_moved), 1) : "-",
+        fmt_int(r.messages), fmt_int(r.wrong),
         base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"};
     if (link_gbps > 0) cells.push_back(fmt_fixed(100.0 * r.aggregate_gbps / link_gbps, 1));
     t.add_row(cells);
@@ -121,6 +125,7 @@ nlohmann::json summary_json(const EngineSummary& s) {
           {"wait_s", s.wait_s},
           {"verify_s", s.verify_s},
           {"bytes_moved", s.bytes_moved},
+          {"one_pass_bytes", s.one_pass_bytes},
           {"aggregate_gbps", s.aggregate_gbps},
           {"rank_gbps", mam(s.rank_gbps)},
           {"trainer_peak_staging_bytes", mam(s.trainer_peak_bytes)},
@@ -150,6 +155,7 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"process_s", r.process_s},
                        {"verify_s", r.verify_s},
                        {"bytes_in", r.bytes_in},
+                       {"one_pass_bytes", r.one_pass_bytes},
                        {"bytes_out", r.bytes_out},
                        {"messages", r.messages},
                        {"gets", r.gets},

@@ -31,6 +31,7 @@ struct EngineSummary {
   double transfer_s = 0, process_s = 0, wait_s = 0;  // consumer, mean over consumer ranks
   double verify_s = 0;
   int64_t bytes_moved = 0;           // per sync: bytes received by all inference ranks
+  int64_t one_pass_bytes = 0;        // of those, read from trainers' weights in one pass
   double aggregate_gbps = 0;         // bytes_moved / mean sync time
   MinAvgMax rank_gbps;               // per consumer: bytes_in / its total_s
   MinAvgMax trainer_peak_bytes, consumer_peak_bytes;

@@ -1,7 +1,9 @@
 // CUDA IPC transport for GPU memory between processes of one node: trainers export their
-// registered send buffers as CUDA IPC handles (exchanged once over MPI); consumers open
-// them and read with cudaMemcpyAsync on their own copy stream (peer access over NVLink,
-// or within one GPU), completion by events. Control messages ride on MPI.
+// registered allocation (send buffer and weights) as CUDA IPC handles (exchanged once over
+// MPI); consumers open them once. get() reads with cudaMemcpyAsync on a copy stream (peer
+// access over NVLink, or within one GPU), completion by events; mapped() hands the mapping
+// to the engine, whose copy kernels read the trainer's weights directly (one pass).
+// Control messages ride on MPI.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -18,10 +20,13 @@ class CudaIpcTransport : public Transport {
  public:
   std::string name() const override { return "cuda_ipc"; }
   std::string describe() const override {
-    return "cuda_ipc (IPC handles of the trainers' send buffers, cudaMemcpyAsync on a copy stream; control over MPI)";
+    return "cuda_ipc (IPC handles of the trainers' registered send buffer + weights, opened once: cudaMemcpyAsync gets and one-pass copy kernels through the mapping; control over MPI)";
   }
   bool supports(MemKind kind) const override { return kind == MemKind::kCuda; }
   void set_peers(const std::vector<bool>& peers) override { peers_ = peers; }
+  // Alone it maps every peer; inside a hybrid (set_peers) only some, so the hybrid says no.
+  bool maps_peer_memory() const override { return peers_.empty(); }
+  const uint8_t* mapped(int peer) const override { return remote_.at(size_t(peer)); }
 
   void bootstrap(MPI_Comm world, const Registration& reg) override {
     if (reg.kind != MemKind::kCuda) throw Error("cuda_ipc transport: buffers must be GPU memory");

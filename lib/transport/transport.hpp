@@ -64,6 +64,15 @@ class Transport {
   // transport splits peers between two); by default all of them.
   virtual void set_peers(const std::vector<bool>& peers) { (void)peers; }
 
+  // Capability: every peer's exported region is mapped into this process (after bootstrap,
+  // mapped() gives it), so a device copy may read it directly with any strides (CUDA IPC).
+  // Transports that only move bytes between registered regions answer false.
+  virtual bool maps_peer_memory() const { return false; }
+  virtual const uint8_t* mapped(int peer) const {
+    (void)peer;
+    return nullptr;
+  }
+
   // One-sided read of `bytes` at `remote_offset` of `peer`'s exported region into this
   // rank's landing region at `local_offset`. Returns an id for test().
   virtual GetId get(int peer, size_t remote_offset, size_t local_offset, size_t bytes) = 0;

@@ -4,7 +4,8 @@
 # that every engine row is present, ran the requested syncs, and verified every byte
 # (#wrong = 0). The engines expected are every row of the engine table (`shardsync engines
 # --names`, what bench runs by default), so a new row is tested here without a new test;
-# EXPECT_ENGINES overrides.
+# EXPECT_ENGINES overrides. EXPECT_ONE_PASS=some: every pull row read some bytes from the
+# trainers' weights in one pass (the 1pass column > 0); none: no row did.
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -14,12 +15,22 @@ rc=$?
 fail() { echo "FAIL: $1"; echo "$out" | tail -40; exit 1; }
 [[ $rc -eq 124 ]] && fail "timed out (hang)"
 [[ $rc -ne 0 ]] && fail "exit status $rc"
+# Columns by their header name (the header line starts with "#", the rows do not).
+col() { awk -v name="$1" '$1 == "#" && $2 == "engine" { for (i = 2; i <= NF; ++i) if ($i == name) { print i - 1; exit } }' <<<"$out"; }
+wrong_col=$(col "#wrong"); pass_col=$(col 1pass)
+[[ -n "$wrong_col" && -n "$pass_col" ]] || fail "no #wrong or 1pass column in the table header"
 for e in $engines; do
   row=$(awk -v e="$e" '$1 == e' <<<"$out")
   [[ -n "$row" ]] || fail "no result row for engine $e"
   syncs=$(awk '{print $2}' <<<"$row")
-  wrong=$(awk '{print $16}' <<<"$row")
+  wrong=$(awk -v c="$wrong_col" '{print $c}' <<<"$row")
+  one_pass=$(awk -v c="$pass_col" '{print $c}' <<<"$row")
   [[ "$syncs" -ge 2 ]] || fail "engine $e ran $syncs timed syncs"
   [[ "$wrong" == 0 ]] || fail "engine $e: $wrong wrong elements"
+  case "${EXPECT_ONE_PASS:-}:$e" in
+    some:broadcast | :*) ;;
+    some:*) awk -v x="$one_pass" 'BEGIN { exit !(x + 0 > 0) }' || fail "engine $e read nothing in one pass (1pass $one_pass)" ;;
+    none:*) [[ "$one_pass" == 0.0 || "$one_pass" == - ]] || fail "engine $e read $one_pass% in one pass, expected none" ;;
+  esac
 done
 echo "ok: $(for e in $engines; do awk -v e="$e" '$1 == e {printf "%s %ss; ", $1, $3}' <<<"$out"; done)"
