@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -300,13 +301,25 @@ class CudaDevice : public Device {
   }
   void release(uint8_t* p) override { CUDA_CHECK(cudaFree(p)); }
 
-  // Transposing jobs get the tiled kernel, one launch each; the rest go in one batched launch
-  // per vector width (jobs of one copy are independent: any order).
+  // Transposing jobs get the tiled kernel, one launch each; large jobs that are one run on
+  // both sides go to cudaMemcpyAsync (measured faster than the batched kernel on them: see
+  // results/gpu/one-pass); the rest go in one batched launch per vector width (jobs of one
+  // copy are independent: any order).
+  static constexpr int64_t kMemcpyBytes = 1 << 20;
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
     std::vector<kernels::TransposeJob> tj;
+    std::vector<CopyJob> runs;
     for (const CopyJob& j : jobs) {  // every job checked before anything is queued
       if (j.desc.numel == 0) continue;
+      if (j.desc.numel * j.elem_bytes >= kMemcpyBytes) {
+        CopyJob one = j;  // one run on both sides: the driver's copy (the rate --measure-link reads)
+        coalesce(one.desc);
+        if (one.desc.dims.size() == 1 && one.desc.dims[0].src_stride == 1 && one.desc.dims[0].dst_stride == 1) {
+          runs.push_back(std::move(one));
+          continue;
+        }
+      }
       if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8))
         tj.push_back(make_transpose_job(j));
       else
@@ -314,6 +327,9 @@ class CudaDevice : public Device {
     }
     for (const kernels::TransposeJob& t : tj) launch_transpose(t, stream(lane));
     launch(dj, lane);
+    for (const CopyJob& j : runs)
+      CUDA_CHECK(cudaMemcpyAsync(j.dst + j.desc.dst_offset * j.elem_bytes, j.src + j.desc.src_offset * j.elem_bytes,
+                                 size_t(j.desc.numel * j.elem_bytes), cudaMemcpyDeviceToDevice, stream(lane)));
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
@@ -377,6 +393,22 @@ class CudaDevice : public Device {
     CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
   }
   void* main_stream() override { return streams_[0]; }
+  std::vector<uint8_t> ipc_handle(uint8_t* base) override {
+    cudaIpcMemHandle_t h;
+    CUDA_CHECK(cudaIpcGetMemHandle(&h, base));
+    std::vector<uint8_t> out(sizeof h);
+    std::memcpy(out.data(), &h, sizeof h);
+    return out;
+  }
+  uint8_t* ipc_open(const std::vector<uint8_t>& handle) override {
+    cudaIpcMemHandle_t h;
+    if (handle.size() != sizeof h) throw Error("cuda device: a CUDA IPC handle of the wrong size");
+    std::memcpy(&h, handle.data(), sizeof h);
+    void* p = nullptr;
+    CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    return static_cast<uint8_t*>(p);
+  }
+  void ipc_close(uint8_t* mapped) override { CUDA_CHECK(cudaIpcCloseMemHandle(mapped)); }
   uint8_t* host_alloc(int64_t bytes) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMallocHost(&p, size_t(std::max<int64_t>(bytes, 16))));

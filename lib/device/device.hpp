@@ -72,6 +72,18 @@ class Device {
   // Copy jobs so far that ran row by row together with others (the CPU's
   // execute_copies_fast groups); 0 where copies are not grouped.
   virtual int64_t copies_together() const { return 0; }
+  // Sharing an allocation with processes of this node (CUDA IPC): the handle of the
+  // allocation at `base` (empty where the device cannot share), and a mapping of a peer's
+  // handle in this process (closed with ipc_close).
+  virtual std::vector<uint8_t> ipc_handle(uint8_t* base) {
+    (void)base;
+    return {};
+  }
+  virtual uint8_t* ipc_open(const std::vector<uint8_t>& handle) {
+    (void)handle;
+    return nullptr;
+  }
+  virtual void ipc_close(uint8_t* mapped) { (void)mapped; }
   // Host memory for staging copies (pinned on GPUs, so copies run at full speed).
   virtual uint8_t* host_alloc(int64_t bytes) = 0;
   virtual void host_release(uint8_t* p) = 0;

@@ -157,7 +157,52 @@ std::unique_ptr<GroupComm> make_mpi_group(MPI_Comm comm, Device* staging_device)
   return std::make_unique<MpiGroup>(comm, staging_device);
 }
 
-std::unique_ptr<GroupComm> make_group_comm(MPI_Comm comm, Device& device) {
+namespace {
+
+// Host-staged MPI for collectives, plus every member's registered allocation mapped by CUDA
+// IPC (exchanged once here) for gathers that read the members' weights themselves.
+class IpcGroup : public GroupComm {
+ public:
+  IpcGroup(MPI_Comm comm, Device& device, uint8_t* region) : device_(device), base_(make_mpi_group(comm, &device)) {
+    rank_ = base_->rank();
+    size_ = base_->size();
+    std::vector<uint8_t> mine = device.ipc_handle(region);
+    const int n = int(mine.size());
+    std::vector<uint8_t> all(size_t(n) * size_t(size_));
+    MPI_CHECK(MPI_Allgather(mine.data(), n, MPI_BYTE, all.data(), n, MPI_BYTE, comm));
+    for (int m = 0; m < size_; ++m)
+      if (m == rank_) {
+        regions_.push_back(region);
+      } else {
+        regions_.push_back(device.ipc_open(std::vector<uint8_t>(all.begin() + m * n, all.begin() + (m + 1) * n)));
+        opened_.push_back(regions_.back());
+      }
+  }
+  ~IpcGroup() override {
+    for (uint8_t* p : opened_) device_.ipc_close(p);
+  }
+  std::string name() const override { return "ipc+" + base_->name(); }
+  std::unique_ptr<Op> allgatherv(const uint8_t* send, int64_t bytes, uint8_t* recv, const std::vector<int64_t>& counts,
+                                 const std::vector<int64_t>& displs) override {
+    return base_->allgatherv(send, bytes, recv, counts, displs);
+  }
+  std::unique_ptr<Op> gatherv(const uint8_t* send, int64_t bytes, uint8_t* recv, const std::vector<int64_t>& counts,
+                              const std::vector<int64_t>& displs, int root) override {
+    return base_->gatherv(send, bytes, recv, counts, displs, root);
+  }
+  bool test(Op& op) override { return base_->test(op); }
+  void bcast(uint8_t* buf, int64_t bytes, int root) override { base_->bcast(buf, bytes, root); }
+  const uint8_t* peer_region(int m) const override { return regions_.at(size_t(m)); }
+
+ private:
+  Device& device_;
+  std::unique_ptr<GroupComm> base_;
+  std::vector<uint8_t*> regions_, opened_;
+};
+
+}  // namespace
+
+std::unique_ptr<GroupComm> make_group_comm(MPI_Comm comm, Device& device, uint8_t* region) {
   if (device.kind() == MemKind::kHost) return make_mpi_group(comm, nullptr);
   // Distinct GPUs in the group? (host name, GPU id) of every member.
   char host[64] = {};
@@ -173,6 +218,13 @@ std::unique_ptr<GroupComm> make_group_comm(MPI_Comm comm, Device& device) {
   if (int(distinct.size()) == size && nccl_built()) {
     if (auto g = make_nccl_group(comm, device)) return g;
   }
+  // One node (every key's host part alike), and this rank's weights to share (every member
+  // passes one, or none: trainer groups and the broadcast group are built alike everywhere).
+  std::set<std::string> hosts;
+  for (const std::string& k : distinct) hosts.insert(k.substr(0, k.find('#')));
+  int share = region != nullptr && hosts.size() == 1 && !device.ipc_handle(region).empty(), all_share = 0;
+  MPI_CHECK(MPI_Allreduce(&share, &all_share, 1, MPI_INT, MPI_MIN, comm));
+  if (all_share) return std::make_unique<IpcGroup>(comm, device, region);
   return make_mpi_group(comm, &device);
 }
 

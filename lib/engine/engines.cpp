@@ -27,14 +27,15 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
   if (opt.one_pass && !opt.layerwise) one_pass = transport->maps_peer_memory() ? OnePass::kMapped : OnePass::kContiguous;
   // Collective set-up in a fixed order on every rank: trainer groups, then the broadcast group.
   if (world.trainer) {
-    trainer_side.trainers_comm = make_group_comm(world.trainers, *device);
-    trainer_side.tp_comm = make_group_comm(world.tp_group, *device);
-    trainer_side.etp_comm = make_group_comm(world.etp_group, *device);
     const int64_t weights = weights_layout(model, trainer, world.rank).bytes;
     trainer_side.registered = DeviceBuffer(device.get(), weights_base() + weights);
     trainer_side.send_buffer = Region{trainer_side.registered.data(), opt.send_buffer_bytes};
     trainer_side.shards =
         std::make_unique<TrainerShards>(model, trainer, world.rank, trainer_side.registered.data() + weights_base(), *device);
+    uint8_t* region = trainer_side.registered.data();  // gathers may read the members' weights
+    trainer_side.trainers_comm = make_group_comm(world.trainers, *device, region);
+    trainer_side.tp_comm = make_group_comm(world.tp_group, *device, region);
+    trainer_side.etp_comm = make_group_comm(world.etp_group, *device, region);
   }
   if (world.bcast != MPI_COMM_NULL) bcast_comm = make_group_comm(world.bcast, *device);
   if (!world.trainer) {
@@ -61,7 +62,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
 
 GatherContext Engines::Impl::gather_context() {
   return GatherContext{&model, &trainer, trainer_side.shards.get(), &world, device.get(), trainer_side.trainers_comm.get(), trainer_side.tp_comm.get(),
-                       trainer_side.etp_comm.get()};
+                       trainer_side.etp_comm.get(), weights_base(), [this](int r) -> const WeightsLayout& { return weights_of(r); }};
 }
 
 const WeightsLayout& Engines::Impl::weights_of(int trainer_rank) {
@@ -191,6 +192,9 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   if (m.world.trainer) {
     int32_t stale = -1;
     if (sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()) stale = m.trainer_side.shards->shards().front().hf;
+    // Peers may still read these weights for the previous sync (gathers by IPC reads): all
+    // trainers are past it before any refills.
+    MPI_CHECK(MPI_Barrier(m.world.trainers));
     m.trainer_side.shards->fill(version, stale);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
     MPI_CHECK(MPI_Barrier(m.world.trainers));

@@ -38,6 +38,13 @@ UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy 
   for (auto& gp : comms_) {
     CommGather& g = *gp;
     int n = int(g.by_member.size()), me = g.comm->rank();
+    g.receives = !g.to_root || me == 0;
+    g.reads = ctx_.weights_of != nullptr;
+    for (int m = 0; m < n && g.reads; ++m) g.reads = g.comm->peer_region(m) != nullptr;
+    if (g.reads) {
+      read_members(g);
+      continue;
+    }
     g.counts.assign(size_t(n), 0);
     g.displs.assign(size_t(n), 0);
     int64_t total = 0;
@@ -55,7 +62,6 @@ UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy 
       dev.memcpy(g.send.data() + off, s->data, x.bytes);
       off += x.bytes;
     }
-    g.receives = !g.to_root || me == 0;
     if (g.receives) g.recv = DeviceBuffer(&dev, total);
     staging_bytes_ += g.send.size() + g.recv.size();
     if (g.to_root)
@@ -66,13 +72,41 @@ UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy 
   if (comms_.empty()) done_ = true;
 }
 
-UnitGather::CommGather& UnitGather::comm_for(GroupComm* comm, bool to_root, size_t members) {
+// The members' pieces copied straight from their weights (mapped) into this rank's slabs:
+// one device copy on the main lane, ordered before any pack of the slabs. The members'
+// weights are filled before the sync starts (a barrier) and refilled only after every
+// trainer has finished it (another).
+void UnitGather::read_members(CommGather& g) {
+  if (!g.receives) {
+    g.done = true;
+    return;
+  }
+  std::vector<CopyJob> jobs;
+  for (size_t m = 0; m < g.by_member.size(); ++m) {
+    const WeightsLayout& w = ctx_.weights_of(g.members[m]);
+    const uint8_t* base = g.comm->peer_region(int(m)) + ctx_.weights_base;
+    for (const auto& x : g.by_member[m]) {
+      auto it = owned_by_hf_.find(x.hf);
+      if (it == owned_by_hf_.end()) continue;
+      if (w.offset.at(size_t(x.hf)) < 0 || !(w.box[size_t(x.hf)] == x.box))
+        throw Error("gather: rank " + std::to_string(g.members[m]) + " does not hold the piece of " +
+                    ctx_.model->param(x.hf).name + " its weights layout should");
+      jobs.push_back(place_box(ctx_.model->param(x.hf), it->second->lo, it->second->hi, x.box,
+                               base + w.offset[size_t(x.hf)], it->second->data.data()));
+    }
+  }
+  ctx_.device->copy(jobs);
+  g.copied = ctx_.device->fence(Lane::kMain);
+}
+
+UnitGather::CommGather& UnitGather::comm_for(GroupComm* comm, bool to_root, const std::vector<int>& members) {
   for (auto& g : comms_)
     if (g->comm == comm && g->to_root == to_root) return *g;
   auto g = std::make_unique<CommGather>();
   g->comm = comm;
   g->to_root = to_root;
-  g->by_member.resize(members);
+  g->by_member.resize(members.size());
+  g->members = members;
   comms_.push_back(std::move(g));
   return *comms_.back();
 }
@@ -179,7 +213,7 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
     }
     return;
   }
-  CommGather& g = comm_for(comm, to_root, members.size());
+  CommGather& g = comm_for(comm, to_root, members);
   for (const auto& [member, piece] : contributions)
     g.by_member[size_t(member)].push_back(Contribution{hf, piece.box, piece.box.numel() * eb});
   if (needs_slab) {
@@ -216,6 +250,11 @@ bool UnitGather::test() {
   bool all = true;
   for (auto& g : comms_) {
     if (g->done) continue;
+    if (g->reads) {
+      g->done = ctx_.device->done(g->copied);
+      all = all && g->done;
+      continue;
+    }
     if (g->comm->test(*g->op)) {
       assemble(*g);
       g->done = true;

@@ -1,12 +1,15 @@
 // The trainer-side gather of one unit under a source policy: all-gather over every trainer
 // rank (V1), TP/ETP all-gather within the PP stage (V2, V3), gather to rank 0 (broadcast),
-// or none (V4: the rank's own shards are the slabs). Non-blocking: post, then test() until complete, so V3 overlaps the gather
+// or none (V4: the rank's own shards are the slabs). Where the group maps its members'
+// weights (CUDA IPC on one node, GPUs shared or no NCCL) the slabs are copied from them
+// directly: one device copy, no send or receive buffer, no host. Non-blocking: post, then test() until complete, so V3 overlaps the gather
 // of the next weight group with the pulls of the current one.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +35,10 @@ struct GatherContext {
   GroupComm* trainers = nullptr;  // every trainer rank
   GroupComm* tp_group = nullptr;
   GroupComm* etp_group = nullptr;
+  // Where each trainer rank's weights lie in its registered allocation (gathers that read
+  // the members' weights through GroupComm::peer_region).
+  int64_t weights_base = 0;
+  std::function<const WeightsLayout&(int)> weights_of;
 };
 
 // Whether `rank`'s slab of `hf` under `policy` is its own shard, untouched by a collective
@@ -68,6 +75,9 @@ class UnitGather {
     std::unique_ptr<GroupComm::Op> op;
     bool receives = true;            // false for non-root ranks of a gather to root
     bool done = false;
+    std::vector<int> members;        // world ranks, in comm rank order
+    bool reads = false;              // the slabs are copied from the members' mapped weights
+    Fence copied = 0;
   };
   struct OwnedSlab {
     int32_t hf;
@@ -75,7 +85,8 @@ class UnitGather {
     DeviceBuffer data;
   };
   void plan_tensor(int32_t hf, SourcePolicy policy);
-  CommGather& comm_for(GroupComm* comm, bool to_root, size_t members);
+  CommGather& comm_for(GroupComm* comm, bool to_root, const std::vector<int>& members);
+  void read_members(CommGather& g);
   void assemble(CommGather& g);
 
   GatherContext ctx_;

@@ -33,6 +33,10 @@ if [[ "${TESTS:-1}" == 1 ]]; then
   cp "$LOGS/ctest.log" "$OUT/ctest.log"
 fi
 SS=build-gpu/apps/shardsync
+# The device's own copy rate (read + write, the batched kernel and cudaMemcpy), for the floor.
+step kernels 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 \
+  --json "$OUT/kernels.json"
+tail -6 "$LOGS/kernels.log" | tee -a "$SUM"
 BUF="--send-buffer 1G --recv-buffer 1G --chunk 256M --inflight 2 --measure-link 10 --syncs 5 --warmup 1 -q"
 engines() {  # name np args...: one pass, packed, layerwise
   local name="$1" np="$2"; shift 2
@@ -59,17 +63,18 @@ for c in $CASES; do
   esac
 done
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # ncu on inference rank 0 (world rank 1) of case (a), v4, one pass: the copy kernels' time,
-  # DRAM bytes and launches per sync (3 syncs: 1 warm-up + 2).
+  # ncu on inference rank 0 (world rank 1) of case (b), v4, one pass: the copy kernels' time,
+  # DRAM bytes and launches per sync (3 syncs: 1 warm-up + 2); the strided pieces (o_proj,
+  # down_proj column halves) go through the batched kernel reading the IPC mapping.
   cat > "$LOGS/ncu-wrap.sh" <<EOF
 #!/usr/bin/env bash
 if [[ "\$OMPI_COMM_WORLD_RANK" == 1 ]]; then
-  exec ncu --clock-control none --kernel-name regex:'jobs_kernel|transpose' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size --csv --log-file $OUT/ncu-qwen3-8b-tp1-tp1-v4.csv "\$@"
+  exec ncu --clock-control none --kernel-name regex:'jobs_kernel|transpose' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size --csv --log-file $OUT/ncu-qwen3-8b-tp1-tp2-v4.csv "\$@"
 fi
 exec "\$@"
 EOF
   chmod +x "$LOGS/ncu-wrap.sh"
-  step ncu 600 mpirun -np 2 --bind-to none "$LOGS/ncu-wrap.sh" $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda -e v4 \
+  step ncu 600 mpirun -np 3 --bind-to none "$LOGS/ncu-wrap.sh" $SS bench -m qwen3-8b -t tp1 -i tp2 --memory cuda -e v4 \
     --send-buffer 1G --recv-buffer 1G --chunk 256M --syncs 2 --warmup 1 -q --no-verify
   tail -5 "$LOGS/ncu.log" | tee -a "$SUM"
 fi
