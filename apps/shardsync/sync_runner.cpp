@@ -94,6 +94,11 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
                   "packed into the send buffer")
       ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
       ->option_text("on|off (default: on)");
+  app->add_option("--min-get", o->engine.min_get_bytes,
+                  "One pass over gets (UCX, MPI; not a CUDA IPC mapping): pieces smaller than this "
+                  "stay packed, a get costing a round trip")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app->add_flag("--layerwise", o->engine.layerwise,
                 "vLLM's layerwise reload: pieces land in a buffer per weight group, which is "
                 "processed and copied into the live weights when complete (every piece packed); "
@@ -513,6 +518,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"bucket_bytes", o.engine.bucket_bytes},
                    {"inflight", o.engine.inflight},
                    {"one_pass", engines.one_pass_description()},
+                   {"min_get_bytes", o.engine.min_get_bytes},
                    {"layerwise", o.engine.layerwise},
                    {"verify", o.engine.verify},
                    {"syncs", o.syncs},

@@ -34,6 +34,11 @@ struct SyncOptions {
   // One pass: consumers read the trainers' weights themselves where the transport allows
   // (pieces from the trainer's own shards), writing the engine parameters in place.
   bool one_pass = true;
+  // One pass over gets (not a mapping): smaller pieces stay packed. A get costs a round trip
+  // (microseconds on UCX, more through MPI RMA); a packed piece costs two local copies inside
+  // a chunk fetched by one get. 64 KiB keeps a real model's weight matrices direct and its
+  // norms and biases packed.
+  int64_t min_get_bytes = 64 << 10;
   // vLLM's layerwise reload: pieces land in a per-group buffer, processed and copied into
   // the live weights when the group is complete (on the row's lane); every piece packed.
   // Off (the default, a copy process): pieces are written in place in the live weights.

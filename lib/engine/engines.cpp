@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/table.hpp"
 #include "engine/internal.hpp"
 
 namespace shardsync {
@@ -74,6 +75,7 @@ const WeightsLayout& Engines::Impl::weights_of(int trainer_rank) {
 bool Engines::Impl::reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const {
   if (one_pass == OnePass::kOff || !slab_is_own_shard(model, trainer, piece.hf, policy, trainer_rank)) return false;
   if (one_pass == OnePass::kMapped) return true;
+  if (piece.copy.numel * dtype_bytes(model.param(piece.hf).dtype) < opt.min_get_bytes) return false;
   CopyDesc d = piece.copy;  // one run on both sides: a single get
   coalesce(d);
   return d.dims.size() == 1 && d.dims[0].src_stride == 1 && d.dims[0].dst_stride == 1;
@@ -318,7 +320,9 @@ std::string Engines::collectives_description() const {
 std::string Engines::one_pass_description() const {
   switch (impl_->one_pass) {
     case OnePass::kMapped: return "mapped (pieces of trainers' own shards: copy kernels through the transport's mapping)";
-    case OnePass::kContiguous: return "contiguous (one-run pieces of trainers' own shards: one-sided gets into the live weights)";
+    case OnePass::kContiguous:
+      return "contiguous (one-run pieces of trainers' own shards, " + fmt_human_bytes(impl_->opt.min_get_bytes) +
+             " or more: one-sided gets into the live weights)";
     case OnePass::kOff: break;
   }
   return impl_->opt.layerwise ? "off (--layerwise: every piece packed)" : "off (--one-pass off)";

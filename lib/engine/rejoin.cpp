@@ -98,7 +98,7 @@ std::string Engines::Impl::fingerprint() const {
          ", inference " + inference.layout().describe() + ", chunk " + std::to_string(chunk_bytes) + " (format " +
          std::to_string(kChunkFormat) + "), " +
          (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory, send buffer " + std::to_string(opt.send_buffer_bytes) +
-         ", one-pass " + std::to_string(int(one_pass)) + (opt.layerwise ? ", layerwise" : "");
+         ", one-pass " + std::to_string(int(one_pass)) + " min get " + std::to_string(opt.min_get_bytes) + (opt.layerwise ? ", layerwise" : "");
 }
 
 void Engines::Impl::publish_contact() {
