@@ -105,12 +105,26 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
   *reinterpret_cast<T*>(dp) = u.v;
 }
 
+// The job of tile b: the last with first_tile[j] <= b (first_tile ascending, [0] = 0).
+__device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, int jobs, int64_t b) {
+  int lo = 0, hi = jobs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (__ldg(first_tile + mid) <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 template <int V>
-__global__ void jobs_kernel(const DevJob* jobs, const Tile* tiles, unsigned long long* bad, unsigned long long* first) {
-  const Tile t = tiles[blockIdx.x];
-  const DevJob& j = jobs[t.job];
-  const int64_t end = t.first_unit + t.units;
-  int64_t u = t.first_unit + threadIdx.x;
+__global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
+                            unsigned long long* first) {
+  const int64_t b = blockIdx.x;
+  const int ji = find_job(first_tile, njobs, b);
+  const DevJob& j = jobs[ji];
+  const int64_t first_unit = (b - first_tile[ji]) * kTileUnits;
+  const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
+  int64_t u = first_unit + threadIdx.x;
   if (u >= end) return;
   if (j.mode == kCopy && j.runs == 1 && j.unit_bytes == V && (V != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1))) {
     // One contiguous run (whole rows of a column-parallel slice, whole tensors): a plain
@@ -222,7 +236,6 @@ __global__ void transpose16_kernel(TransposeJob j) {
 namespace {
 
 using kernels::DevJob;
-using kernels::Tile;
 
 // Converts a CopyDesc job to the kernel form, choosing the widest safe vector unit.
 DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, uint64_t seed) {
@@ -301,25 +314,16 @@ class CudaDevice : public Device {
   }
   void release(uint8_t* p) override { CUDA_CHECK(cudaFree(p)); }
 
-  // Transposing jobs get the tiled kernel, one launch each; large jobs that are one run on
-  // both sides go to cudaMemcpyAsync (measured faster than the batched kernel on them: see
-  // results/gpu/one-pass); the rest go in one batched launch per vector width (jobs of one
-  // copy are independent: any order).
-  static constexpr int64_t kMemcpyBytes = 1 << 20;
+  // Transposing jobs get the tiled kernel, one launch each; the rest go in one batched launch
+  // per vector width (jobs of one copy are independent: any order). Not cudaMemcpyAsync for
+  // the large one-run jobs: the batched kernel reads an IPC mapping at 92% of cudaMemcpy's
+  // rate (bench/gpu/copy_sweep.cu), and one launch beat hundreds of memcpy calls where
+  // several ranks share the GPU (results/gpu/one-pass).
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
     std::vector<kernels::TransposeJob> tj;
-    std::vector<CopyJob> runs;
     for (const CopyJob& j : jobs) {  // every job checked before anything is queued
       if (j.desc.numel == 0) continue;
-      if (j.desc.numel * j.elem_bytes >= kMemcpyBytes) {
-        CopyJob one = j;  // one run on both sides: the driver's copy (the rate --measure-link reads)
-        coalesce(one.desc);
-        if (one.desc.dims.size() == 1 && one.desc.dims[0].src_stride == 1 && one.desc.dims[0].dst_stride == 1) {
-          runs.push_back(std::move(one));
-          continue;
-        }
-      }
       if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8))
         tj.push_back(make_transpose_job(j));
       else
@@ -327,9 +331,6 @@ class CudaDevice : public Device {
     }
     for (const kernels::TransposeJob& t : tj) launch_transpose(t, stream(lane));
     launch(dj, lane);
-    for (const CopyJob& j : runs)
-      CUDA_CHECK(cudaMemcpyAsync(j.dst + j.desc.dst_offset * j.elem_bytes, j.src + j.desc.src_offset * j.elem_bytes,
-                                 size_t(j.desc.numel * j.elem_bytes), cudaMemcpyDeviceToDevice, stream(lane)));
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
@@ -419,38 +420,42 @@ class CudaDevice : public Device {
  private:
   cudaStream_t stream(Lane lane) const { return streams_[lane == Lane::kMain ? 0 : 1]; }
 
-  // Tiles every job and launches one kernel per vector width present.
+  // Tiles every job and launches one kernel per vector width present: the jobs and each
+  // one's first tile go up (the tiles themselves are found on the device).
   void launch(std::vector<DevJob> jobs, Lane lane) {
     if (jobs.empty()) return;
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = int32_t(i);
     cudaStream_t s = stream(lane);
     for (int v : {16, 8, 4, 2, 1}) {
       std::vector<DevJob> sel;
-      std::vector<Tile> tiles;
+      std::vector<int64_t> first_tile;
+      int64_t tiles = 0;
       for (const DevJob& j : jobs) {
-        if (j.unit_bytes != v) continue;
-        int64_t units = j.runs * j.run_units;
-        for (int64_t f = 0; f < units; f += kernels::kTileUnits)
-          tiles.push_back(Tile{int32_t(sel.size()), 0, f, std::min(kernels::kTileUnits, units - f)});
+        const int64_t units = j.runs * j.run_units;
+        if (j.unit_bytes != v || units == 0) continue;
         sel.push_back(j);
+        first_tile.push_back(tiles);
+        tiles += (units + kernels::kTileUnits - 1) / kernels::kTileUnits;
       }
-      if (tiles.empty()) continue;
-      size_t jb = sel.size() * sizeof(DevJob), tb = tiles.size() * sizeof(Tile);
+      if (tiles == 0) continue;
+      if (tiles > int64_t(INT32_MAX)) throw Error("device kernels: a batch of more than 2^31 tiles");
+      size_t jb = sel.size() * sizeof(DevJob), tb = first_tile.size() * sizeof(int64_t);
       uint8_t* d = nullptr;
       CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
       // Pageable sources: the copies complete (to a driver buffer) before returning.
       CUDA_CHECK(cudaMemcpyAsync(d, sel.data(), jb, cudaMemcpyHostToDevice, s));
-      CUDA_CHECK(cudaMemcpyAsync(d + jb, tiles.data(), tb, cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(d + jb, first_tile.data(), tb, cudaMemcpyHostToDevice, s));
       auto* dj = reinterpret_cast<const DevJob*>(d);
-      auto* dt = reinterpret_cast<const Tile*>(d + jb);
-      unsigned grid = unsigned(tiles.size());
+      auto* dt = reinterpret_cast<const int64_t*>(d + jb);
+      const int n = int(sel.size());
+      unsigned grid = unsigned(tiles);
       auto* bad = reinterpret_cast<unsigned long long*>(counters_);
       switch (v) {
-        case 16: kernels::jobs_kernel<16><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
-        case 8: kernels::jobs_kernel<8><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
-        case 4: kernels::jobs_kernel<4><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
-        case 2: kernels::jobs_kernel<2><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
-        default: kernels::jobs_kernel<1><<<grid, 256, 0, s>>>(dj, dt, bad, bad + 1); break;
+        case 16: kernels::jobs_kernel<16><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+        case 8: kernels::jobs_kernel<8><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+        case 4: kernels::jobs_kernel<4><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+        case 2: kernels::jobs_kernel<2><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+        default: kernels::jobs_kernel<1><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
       }
       CUDA_CHECK(cudaGetLastError());
       CUDA_CHECK(cudaFreeAsync(d, s));

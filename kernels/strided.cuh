@@ -5,8 +5,10 @@
 // A job is a CopyDesc (loops of (size, src_stride, dst_stride), outermost first) split into
 // an inner run and up to kMaxOuter outer loops. When both sides of the inner run are
 // contiguous the run moves in units of up to 16 bytes (vector loads and stores), else one
-// element per unit. Jobs are cut into tiles of at most kTileUnits units; one block per tile,
-// so many small tensors of one chunk go in one launch.
+// element per unit. Jobs are cut into tiles of kTileUnits units (a job's last one shorter);
+// one block per tile, so many small tensors of one chunk go in one launch. A block finds its
+// job by a binary search of the jobs' first tiles: no per-tile list is built or uploaded
+// (for a 16 GB one-pass read that list was 3 MB, copied before the kernel could start).
 #pragma once
 
 #include <cstdint>
@@ -56,11 +58,5 @@ struct TransposeJob {
   int32_t pad;
 };
 
-struct Tile {
-  int32_t job;
-  int32_t pad;
-  int64_t first_unit;
-  int64_t units;
-};
 
 }  // namespace shardsync::kernels

@@ -33,10 +33,26 @@ if [[ "${TESTS:-1}" == 1 ]]; then
   cp "$LOGS/ctest.log" "$OUT/ctest.log"
 fi
 SS=build-gpu/apps/shardsync
-# The device's own copy rate (read + write, the batched kernel and cudaMemcpy), for the floor.
+# The device's own copy rate (read + write, the batched kernel and cudaMemcpy), for the floor:
+# the whole of Qwen3-8B as inference TP1 reads it (whole tensors), and 8 layers of TP2's half.
+step kernels-tp1 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp1 --device cuda --layers 36 --reps 10 \
+  --json "$OUT/kernels-tp1.json"
+tail -6 "$LOGS/kernels-tp1.log" | tee -a "$SUM"
 step kernels 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 \
   --json "$OUT/kernels.json"
 tail -6 "$LOGS/kernels.log" | tee -a "$SUM"
+# Copy-kernel shapes against cudaMemcpy, reading local memory and another process's through
+# CUDA IPC (4 GiB, every copy checked): what the batched kernel's shape costs.
+if [[ "${SWEEP:-1}" == 1 ]]; then
+  step sweep-build 300 nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/copy_sweep.cu -o "$LOGS/copy_sweep" &&
+    step sweep 300 bash -c "'$LOGS/copy_sweep' 4 10 > '$OUT/copy-sweep.jsonl'"
+  python3 -c "
+import json,sys
+for l in open('$OUT/copy-sweep.jsonl'):
+  d=json.loads(l)
+  if 'kernel' in d: print('# sweep %-6s %-18s %7.1f GB/s one-way, %d wrong' % (d['source'], d['kernel'], d['GBps_one_way'], d['wrong_vectors']))
+" | tee -a "$SUM"
+fi
 BUF="--send-buffer 1G --recv-buffer 1G --chunk 256M --inflight 2 --measure-link 10 --syncs 5 --warmup 1 -q"
 engines() {  # name np args...: one pass, packed, layerwise
   local name="$1" np="$2"; shift 2
