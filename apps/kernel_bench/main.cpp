@@ -6,7 +6,15 @@
 // pack:   full HF tensors (as a trainer holds them after its gather) -> one contiguous buffer
 // unpack: that buffer -> the rank's engine parameters (strided destinations)
 // memcpy: the same number of bytes, one contiguous device-to-device (or host) copy
+//
+// --ipc (cuda): the HF tensors live in a child process and are read through a CUDA IPC
+// mapping, as a one-pass read does; rows for a contiguous copy of the same bytes over the
+// mapping (the batched kernel), the pack, and the pack's strided pieces alone (runs shorter
+// than the tensor: row-parallel slices), each against that contiguous copy (of_ipc).
 #include <CLI/CLI.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -16,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "git_sha.hpp"  // SHARDSYNC_GIT_SHA
 #include "common/table.hpp"
 #include "device/device.hpp"
 #include "engine/schedule.hpp"
@@ -34,8 +43,34 @@ struct Options {
   std::string device = "cpu";
   int layers = 1;
   int reps = 10;
+  bool ipc = false;
   std::string json;
 };
+
+// The child of --ipc: holds the HF tensors (synthesized) and exports them by one CUDA IPC
+// handle, written to `out`; exits when `in` closes or says so.
+[[noreturn]] void ipc_child(int64_t bytes, const std::vector<std::pair<int32_t, int64_t>>& tensors, const ModelSpec& m,
+                            int in, int out) {
+  int status = 0;
+  try {
+    auto dev = make_cuda_device(0);
+    DeviceBuffer hf(dev.get(), bytes);
+    for (auto [p, off] : tensors) {
+      const ParamMeta& meta = m.param(p);
+      dev->synth({SynthJob{hf.data() + off, synth_seed(p, 1), make_pack_desc(SubView::contiguous(meta.shape), 0),
+                           int32_t(dtype_bytes(meta.dtype)), false}});
+    }
+    dev->synchronize();
+    std::vector<uint8_t> h = dev->ipc_handle(hf.data());
+    if (write(out, h.data(), h.size()) != ssize_t(h.size())) status = 1;
+    char c = 0;
+    if (read(in, &c, 1) < 0) status = 1;
+  } catch (const std::exception& e) {
+    std::cerr << "shardsync-kernel-bench: error: the --ipc source process: " << e.what() << "\n";
+    status = 1;
+  }
+  _exit(status);
+}
 
 double time_it(Device& dev, int reps, const std::function<void()>& f) {
   f();
@@ -52,11 +87,43 @@ int run(const Options& o) {
   l.replicas = 1;
   InferencePlacement inf(m, l);
   RankPlan plan = record_rank_plan(m, inf, o.rank);
-  auto dev = o.device == "cuda" ? make_cuda_device(0) : make_cpu_device();
   // The first `layers` transformer blocks this rank holds.
   std::vector<int32_t> groups;
   for (const EngineParam& p : plan.params)
     if (p.layer >= 0 && (groups.empty() || groups.back() != p.group) && int(groups.size()) < o.layers) groups.push_back(p.group);
+  auto in_groups = [&](const PlanEntry& e) {
+    return !e.is_fill() && std::find(groups.begin(), groups.end(), plan.params[size_t(e.engine_param)].group) != groups.end();
+  };
+  // --ipc: the HF tensors' places in the child's allocation (decided before the fork, so
+  // both processes agree; no CUDA call before it).
+  std::vector<int64_t> hf_offset(m.params().size(), -1);
+  std::vector<std::pair<int32_t, int64_t>> hf_places;
+  int64_t hf_bytes = 0;
+  for (const PlanEntry& e : plan.entries)
+    if (in_groups(e) && hf_offset[size_t(e.hf_param)] < 0) {
+      hf_offset[size_t(e.hf_param)] = hf_bytes;
+      hf_places.emplace_back(e.hf_param, hf_bytes);
+      hf_bytes += (m.param(e.hf_param).bytes() + 255) / 256 * 256;
+    }
+  int to_child[2] = {-1, -1}, to_parent[2] = {-1, -1};
+  pid_t child = -1;
+  if (o.ipc) {
+    if (o.device != "cuda") throw Error("--ipc needs --device cuda");
+    if (pipe(to_child) || pipe(to_parent)) throw Error("--ipc: pipe() failed");
+    child = fork();
+    if (child < 0) throw Error("--ipc: fork() failed");
+    if (child == 0) ipc_child(hf_bytes, hf_places, m, to_child[0], to_parent[1]);
+    close(to_child[0]);
+    close(to_parent[1]);
+  }
+  auto dev = o.device == "cuda" ? make_cuda_device(0) : make_cpu_device();
+  uint8_t* mapped = nullptr;
+  if (o.ipc) {
+    std::vector<uint8_t> h(64);  // cudaIpcMemHandle_t
+    ssize_t got = read(to_parent[0], h.data(), h.size());
+    if (got != ssize_t(h.size())) throw Error("--ipc: the source process sent no IPC handle");
+    mapped = dev->ipc_open(h);
+  }
   std::vector<DeviceBuffer> hf(m.params().size());
   std::vector<DeviceBuffer> params;
   params.resize(plan.params.size());
@@ -65,8 +132,7 @@ int run(const Options& o) {
   DeviceBuffer packed;
   std::vector<std::pair<const PlanEntry*, int64_t>> placed;
   for (const PlanEntry& e : plan.entries) {
-    if (e.is_fill() || std::find(groups.begin(), groups.end(), plan.params[size_t(e.engine_param)].group) == groups.end())
-      continue;
+    if (!in_groups(e)) continue;
     placed.emplace_back(&e, bytes);
     bytes += (e.numel() * dtype_bytes(m.param(e.hf_param).dtype) + 15) / 16 * 16;
   }
@@ -76,21 +142,42 @@ int run(const Options& o) {
   for (size_t i = 0; i < plan.params.size(); ++i)
     if (std::find(groups.begin(), groups.end(), plan.params[i].group) != groups.end())
       params[i] = DeviceBuffer(dev.get(), plan.params[i].bytes());
+  std::vector<CopyJob> strided;  // pack jobs that are more than one run (--ipc rows)
+  int64_t strided_bytes = 0;
   for (auto [e, off] : placed) {
     const ParamMeta& p = m.param(e->hf_param);
-    if (!hf[size_t(e->hf_param)].data()) {
-      hf[size_t(e->hf_param)] = DeviceBuffer(dev.get(), p.bytes());
-      dev->synth({SynthJob{hf[size_t(e->hf_param)].data(), synth_seed(e->hf_param, 1),
-                           make_pack_desc(SubView::contiguous(p.shape), 0), int32_t(dtype_bytes(p.dtype)), false}});
+    const uint8_t* src = nullptr;
+    if (mapped) {
+      src = mapped + hf_offset[size_t(e->hf_param)];
+    } else {
+      if (!hf[size_t(e->hf_param)].data()) {
+        hf[size_t(e->hf_param)] = DeviceBuffer(dev.get(), p.bytes());
+        dev->synth({SynthJob{hf[size_t(e->hf_param)].data(), synth_seed(e->hf_param, 1),
+                             make_pack_desc(SubView::contiguous(p.shape), 0), int32_t(dtype_bytes(p.dtype)), false}});
+      }
+      src = hf[size_t(e->hf_param)].data();
     }
     int32_t eb = int32_t(dtype_bytes(p.dtype));
     CopyDesc to_buf = pack_copy(e->copy);  // HF tensor -> packed at 0
     CopyDesc from_buf = unpack_copy(e->copy);  // packed at 0 -> engine parameter
-    pack.push_back(CopyJob{hf[size_t(e->hf_param)].data(), packed.data() + off, to_buf, eb});
+    pack.push_back(CopyJob{src, packed.data() + off, to_buf, eb});
     unpack.push_back(CopyJob{packed.data() + off, params[size_t(e->engine_param)].data(), from_buf, eb});
+    if (to_buf.dims.size() > 1) {
+      strided.push_back(pack.back());
+      strided_bytes += e->numel() * eb;
+    }
   }
   int64_t moved = 0;
   for (auto [e, off] : placed) moved += e->numel() * dtype_bytes(m.param(e->hf_param).dtype);
+  // --ipc: the same bytes as one contiguous copy over the mapping (the batched kernel).
+  std::vector<CopyJob> ipc_copy;
+  const int64_t ipc_bytes = std::min(moved, hf_bytes) / 16 * 16;  // within the mapping
+  if (mapped) {
+    CopyDesc d;
+    d.numel = ipc_bytes / 2;
+    d.dims = {CopyDim{ipc_bytes / 2, 1, 1}};
+    ipc_copy.push_back(CopyJob{mapped, other.data(), d, 2});
+  }
   // Real bytes everywhere before timing (untouched pages read as zeros, faster than data).
   dev->copy(pack);
   dev->memcpy(other.data(), packed.data(), moved);
@@ -98,6 +185,23 @@ int run(const Options& o) {
   double t_copy = time_it(*dev, o.reps, [&] { dev->memcpy(other.data(), packed.data(), moved); });
   double t_pack = time_it(*dev, o.reps, [&] { dev->copy(pack); });
   double t_unpack = time_it(*dev, o.reps, [&] { dev->copy(unpack); });
+  double t_ipc = 0, t_strided = 0;
+  int64_t ipc_wrong = 0;
+  if (mapped) {
+    t_ipc = time_it(*dev, o.reps, [&] { dev->copy(ipc_copy); });
+    if (!strided.empty()) t_strided = time_it(*dev, o.reps, [&] { dev->copy(strided); });
+    // The contiguous copy checked against the source's bytes, tensor by tensor.
+    std::vector<SynthJob> check_ipc;
+    for (auto [p, off] : hf_places) {
+      const ParamMeta& meta = m.param(p);
+      if (off + meta.bytes() > ipc_bytes) break;
+      const int64_t eb = dtype_bytes(meta.dtype);
+      check_ipc.push_back(SynthJob{other.data() + off, synth_seed(p, 1),
+                                   make_pack_desc(SubView::contiguous(meta.shape), 0), int32_t(eb), false});
+    }
+    dev->synchronize();
+    ipc_wrong = dev->verify(check_ipc).mismatches;
+  }
   // Check once: pack then unpack equals a direct replay.
   dev->copy(pack);
   dev->copy(unpack);
@@ -117,15 +221,45 @@ int run(const Options& o) {
              fmt_fixed(100 * t_copy / t_pack, 1), "-"});
   t.add_row({"unpack", fmt_int(int64_t(unpack.size())), fmt_int(moved), fmt_fixed(t_unpack * 1e6, 1),
              fmt_fixed(gbps(t_unpack), 1), fmt_fixed(100 * t_copy / t_unpack, 1), fmt_int(wrong)});
+  auto bw = [](int64_t b, double s) { return 2.0 * double(b) / s / 1e9; };
+  if (mapped) {
+    const double ref = bw(ipc_bytes, t_ipc);
+    t.add_row({"copy-ipc", "1", fmt_int(ipc_bytes), fmt_fixed(t_ipc * 1e6, 1), fmt_fixed(ref, 1),
+               fmt_fixed(100 * ref / gbps(t_copy), 1), fmt_int(ipc_wrong)});
+    t.add_row({"pack-ipc", fmt_int(int64_t(pack.size())), fmt_int(moved), fmt_fixed(t_pack * 1e6, 1),
+               fmt_fixed(gbps(t_pack), 1), fmt_fixed(100 * t_copy / t_pack, 1), "-"});
+    if (!strided.empty())
+      t.add_row({"strided-ipc", fmt_int(int64_t(strided.size())), fmt_int(strided_bytes), fmt_fixed(t_strided * 1e6, 1),
+                 fmt_fixed(bw(strided_bytes, t_strided), 1), fmt_fixed(100 * bw(strided_bytes, t_strided) / gbps(t_copy), 1), "-"});
+    std::cout << "# --ipc: pack reads the HF tensors through a CUDA IPC mapping of another process's memory; of the "
+                 "contiguous copy over the mapping (copy-ipc): pack "
+              << fmt_fixed(100 * gbps(t_pack) / ref, 1) << "%"
+              << (strided.empty() ? std::string() : ", strided pieces alone " + fmt_fixed(100 * bw(strided_bytes, t_strided) / ref, 1) + "%")
+              << "\n";
+  }
   t.print(std::cout);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", m.name()}, {"inference", o.inference}, {"rank", o.rank}, {"device", dev->describe()},
                         {"groups", groups.size()}, {"bytes", moved}, {"reps", o.reps},
                         {"memcpy_s", t_copy}, {"pack_s", t_pack}, {"unpack_s", t_unpack},
-                        {"pack_of_copy", t_copy / t_pack}, {"unpack_of_copy", t_copy / t_unpack}, {"wrong", wrong}};
+                        {"pack_of_copy", t_copy / t_pack}, {"unpack_of_copy", t_copy / t_unpack}, {"wrong", wrong},
+                        {"commit", SHARDSYNC_GIT_SHA}};
+    if (mapped) {
+      j["ipc"] = {{"copy_s", t_ipc}, {"copy_wrong", ipc_wrong}, {"pack_of_ipc_copy", gbps(t_pack) / bw(ipc_bytes, t_ipc)},
+                  {"strided_jobs", strided.size()}, {"strided_bytes", strided_bytes}, {"strided_s", t_strided},
+                  {"strided_of_ipc_copy", strided.empty() ? 0.0 : bw(strided_bytes, t_strided) / bw(ipc_bytes, t_ipc)},
+                  {"copy_bytes", ipc_bytes}};
+    }
     std::ofstream(o.json) << j.dump(1) << "\n";
   }
-  return wrong == 0 ? 0 : 1;
+  if (mapped) {
+    dev->ipc_close(mapped);
+    close(to_child[1]);  // the source process exits
+    int st = 0;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) throw Error("--ipc: the source process failed");
+  }
+  return wrong == 0 && ipc_wrong == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -139,6 +273,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--layers", o.layers, "Weight groups (transformer blocks) in the batch")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--reps", o.reps, "Timed repetitions")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_flag("--ipc", o.ipc,
+               "cuda: read the HF tensors through a CUDA IPC mapping of a child process's memory (the "
+               "one-pass path), with a contiguous copy over the mapping and the strided pieces alone");
   app.add_option("--json", o.json, "Write the numbers to this JSON file");
   try {
     app.parse(argc, argv);

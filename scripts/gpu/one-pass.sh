@@ -41,6 +41,17 @@ tail -6 "$LOGS/kernels-tp1.log" | tee -a "$SUM"
 step kernels 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 \
   --json "$OUT/kernels.json"
 tail -6 "$LOGS/kernels.log" | tee -a "$SUM"
+# The one-pass path's reads: TP2 rank 0's pieces of the whole model read through a CUDA IPC
+# mapping of another process's memory, against a contiguous copy over the same mapping; the
+# strided pieces (row-parallel halves) alone.
+step kernels-ipc 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 36 --reps 10 \
+  --ipc --json "$OUT/kernels-ipc.json"
+tail -8 "$LOGS/kernels-ipc.log" | tee -a "$SUM"
+# Two processes copying on the one GPU at once (as TP2's two inference ranks do): each one's
+# rates against the solo run above (the GPU time-slices between processes' contexts).
+step kernels-pair 300 bash -c "for r in 0 1; do build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 \
+  --rank \$r --device cuda --layers 36 --reps 10 --json $OUT/kernels-pair-\$r.json > $LOGS/kernels-pair-\$r.log 2>&1 & done; wait"
+tail -4 "$LOGS"/kernels-pair-*.log | tee -a "$SUM"
 # Copy-kernel shapes against cudaMemcpy, reading local memory and another process's through
 # CUDA IPC (4 GiB, every copy checked): what the batched kernel's shape costs.
 if [[ "${SWEEP:-1}" == 1 ]]; then
