@@ -33,37 +33,6 @@ if [[ "${TESTS:-1}" == 1 ]]; then
   cp "$LOGS/ctest.log" "$OUT/ctest.log"
 fi
 SS=build-gpu/apps/shardsync
-# The device's own copy rate (read + write, the batched kernel and cudaMemcpy), for the floor:
-# the whole of Qwen3-8B as inference TP1 reads it (whole tensors), and 8 layers of TP2's half.
-step kernels-tp1 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp1 --device cuda --layers 36 --reps 10 \
-  --json "$OUT/kernels-tp1.json"
-tail -6 "$LOGS/kernels-tp1.log" | tee -a "$SUM"
-step kernels 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 \
-  --json "$OUT/kernels.json"
-tail -6 "$LOGS/kernels.log" | tee -a "$SUM"
-# The one-pass path's reads: TP2 rank 0's pieces of the whole model read through a CUDA IPC
-# mapping of another process's memory, against a contiguous copy over the same mapping; the
-# strided pieces (row-parallel halves) alone.
-step kernels-ipc 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 36 --reps 10 \
-  --ipc --json "$OUT/kernels-ipc.json"
-tail -8 "$LOGS/kernels-ipc.log" | tee -a "$SUM"
-# Two processes copying on the one GPU at once (as TP2's two inference ranks do): each one's
-# rates against the solo run above (the GPU time-slices between processes' contexts).
-step kernels-pair 300 bash -c "for r in 0 1; do build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 \
-  --rank \$r --device cuda --layers 36 --reps 10 --json $OUT/kernels-pair-\$r.json > $LOGS/kernels-pair-\$r.log 2>&1 & done; wait"
-tail -4 "$LOGS"/kernels-pair-*.log | tee -a "$SUM"
-# Copy-kernel shapes against cudaMemcpy, reading local memory and another process's through
-# CUDA IPC (4 GiB, every copy checked): what the batched kernel's shape costs.
-if [[ "${SWEEP:-1}" == 1 ]]; then
-  step sweep-build 300 nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/copy_sweep.cu -o "$LOGS/copy_sweep" &&
-    step sweep 300 bash -c "'$LOGS/copy_sweep' 4 10 > '$OUT/copy-sweep.jsonl'"
-  python3 -c "
-import json,sys
-for l in open('$OUT/copy-sweep.jsonl'):
-  d=json.loads(l)
-  if 'kernel' in d: print('# sweep %-6s %-18s %7.1f GB/s one-way, %d wrong' % (d['source'], d['kernel'], d['GBps_one_way'], d['wrong_vectors']))
-" | tee -a "$SUM"
-fi
 BUF="--send-buffer 1G --recv-buffer 1G --chunk 256M --inflight 2 --measure-link 10 --syncs 5 --warmup 1 -q"
 engines() {  # name np args...: one pass, packed, layerwise
   local name="$1" np="$2"; shift 2
@@ -89,6 +58,41 @@ for c in $CASES; do
     c) engines mid-moe-tp2ep2-dp2ep2 4 -m mid-qwen3-moe -t tp2,ep2,etp1 -i dp2,ep2 ;;
   esac
 done
+kernel_benches() {  # KERNELS=0 leaves them out
+  [[ "${KERNELS:-1}" == 1 ]] || return 0
+  # The device's own copy rate (read + write, the batched kernel and cudaMemcpy), for the floor:
+  # the whole of Qwen3-8B as inference TP1 reads it (whole tensors), and 8 layers of TP2's half.
+  step kernels-tp1 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp1 --device cuda --layers 36 --reps 10 \
+    --json "$OUT/kernels-tp1.json"
+  tail -6 "$LOGS/kernels-tp1.log" | tee -a "$SUM"
+  step kernels 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 8 --reps 20 \
+    --json "$OUT/kernels.json"
+  tail -6 "$LOGS/kernels.log" | tee -a "$SUM"
+  # The one-pass path's reads: TP2 rank 0's pieces of the whole model read through a CUDA IPC
+  # mapping of another process's memory, against a contiguous copy over the same mapping; the
+  # strided pieces (row-parallel halves) alone.
+  step kernels-ipc 300 build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 --device cuda --layers 36 --reps 10 \
+    --ipc --json "$OUT/kernels-ipc.json"
+  tail -8 "$LOGS/kernels-ipc.log" | tee -a "$SUM"
+  # Two processes copying on the one GPU at once (as TP2's two inference ranks do): each one's
+  # rates against the solo run above (the GPU time-slices between processes' contexts).
+  step kernels-pair 300 bash -c "for r in 0 1; do build-gpu/apps/shardsync-kernel-bench --model qwen3-8b --inference tp2 \
+    --rank \$r --device cuda --layers 36 --reps 10 --json $OUT/kernels-pair-\$r.json > $LOGS/kernels-pair-\$r.log 2>&1 & done; wait"
+  tail -4 "$LOGS"/kernels-pair-*.log | tee -a "$SUM"
+  # Copy-kernel shapes against cudaMemcpy, reading local memory and another process's through
+  # CUDA IPC (4 GiB, every copy checked): what the batched kernel's shape costs.
+  if [[ "${SWEEP:-1}" == 1 ]]; then
+    step sweep-build 300 nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/copy_sweep.cu -o "$LOGS/copy_sweep" &&
+      step sweep 300 bash -c "'$LOGS/copy_sweep' 4 10 > '$OUT/copy-sweep.jsonl'"
+    python3 -c "
+  import json,sys
+  for l in open('$OUT/copy-sweep.jsonl'):
+    d=json.loads(l)
+    if 'kernel' in d: print('# sweep %-6s %-18s %7.1f GB/s one-way, %d wrong' % (d['source'], d['kernel'], d['GBps_one_way'], d['wrong_vectors']))
+  " | tee -a "$SUM"
+  fi
+}
+kernel_benches
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # ncu on inference rank 0 (world rank 1) of case (b), v4, one pass: the copy kernels' time,
   # DRAM bytes and launches per sync (3 syncs: 1 warm-up + 2); the strided pieces (o_proj,
