@@ -105,6 +105,68 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
   *reinterpret_cast<T*>(dp) = u.v;
 }
 
+// A copy of one contiguous run on both sides, moved in whole vector units.
+__host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
+  return j.mode == kCopy && j.runs == 1 && (j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1));
+}
+
+// The base of run r + 1 from that of run r: one step of a single outer loop, else located.
+template <class Job>
+__device__ __forceinline__ void next_run(const Job& j, int64_t r, int64_t* s, int64_t* d) {
+  if (j.outer == 1) {
+    *s += j.src_stride[0];
+    *d += j.dst_stride[0];
+  } else {
+    run_base(j, r + 1, s, d);
+  }
+}
+
+// A copy of several runs (row-parallel column slices; strided pieces): units [u, end) of
+// the tile, each thread with four loads in flight before its stores, as in the one-run
+// path (one at a time, the strided pieces read an IPC mapping at 59% of a contiguous copy:
+// kernel bench --ipc). Runs at least a block long are walked (a step of the outer loop
+// where a thread crosses into the next run); shorter ones are located unit by unit.
+template <int V>
+__device__ __forceinline__ void copy_strided(const DevJob& j, int64_t u, int64_t end) {
+  using T = typename Vec<V>::T;
+  const int64_t eb = j.elem_bytes;
+  const bool contiguous = j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
+  const int64_t ss = contiguous ? V / eb : j.inner_src_stride;  // elements per unit along the run
+  const int64_t ds = contiguous ? V / eb : j.inner_dst_stride;
+  const int64_t step = blockDim.x;
+  const bool walk = j.run_units >= step;
+  int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
+  run_base(j, r, &s, &d);
+  while (u < end) {
+    int64_t from[4], to[4];
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (u >= end) break;
+      if (!walk) {
+        r = u / j.run_units;
+        w = u - r * j.run_units;
+        run_base(j, r, &s, &d);
+      }
+      from[k] = (s + w * ss) * eb;
+      to[k] = (d + w * ds) * eb;
+      n = k + 1;
+      u += step;
+      if (walk && (w += step) >= j.run_units && u < end) {
+        w -= j.run_units;
+        next_run(j, r++, &s, &d);
+      }
+    }
+    T v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < n) v[k] = *reinterpret_cast<const T*>(j.src + from[k]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < n) *reinterpret_cast<T*>(j.dst + to[k]) = v[k];
+  }
+}
+
 // The job of tile b: the last with first_tile[j] <= b (first_tile ascending, [0] = 0).
 __device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, int jobs, int64_t b) {
   int lo = 0, hi = jobs - 1;
@@ -116,17 +178,12 @@ __device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, 
   return lo;
 }
 
+// Any job (the kernel without kStrided): one-run copies as plain vector copies, the rest
+// unit by unit.
 template <int V>
-__global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
-                            unsigned long long* first) {
-  const int64_t b = blockIdx.x;
-  const int ji = find_job(first_tile, njobs, b);
-  const DevJob& j = jobs[ji];
-  const int64_t first_unit = (b - first_tile[ji]) * kTileUnits;
-  const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
-  int64_t u = first_unit + threadIdx.x;
-  if (u >= end) return;
-  if (j.mode == kCopy && j.runs == 1 && j.unit_bytes == V && (V != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1))) {
+__device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end, unsigned long long* bad,
+                                         unsigned long long* first) {
+  if (is_one_run(j)) {
     // One contiguous run (whole rows of a column-parallel slice, whole tensors): a plain
     // vector copy, four units in flight per thread.
     using T = typename Vec<V>::T;
@@ -162,6 +219,22 @@ __global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int n
       do_unit<V>(j, s, d, w, bad, first, j.id);
     }
   }
+}
+
+// Jobs of one vector width V. kStrided: copies of several runs only (copy_strided, whose
+// registers would halve the blocks per SM of the others); else any job.
+template <int V, bool kStrided>
+__global__ void __launch_bounds__(256, kStrided ? 3 : 1) jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
+                            unsigned long long* first) {
+  const int64_t b = blockIdx.x;
+  const int ji = find_job(first_tile, njobs, b);
+  const DevJob& j = jobs[ji];
+  const int64_t first_unit = (b - first_tile[ji]) * kTileUnits;
+  const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
+  int64_t u = first_unit + threadIdx.x;
+  if (u >= end) return;
+  if constexpr (kStrided) copy_strided<V>(j, u, end);
+  else copy_any<V>(j, u, end, bad, first);
 }
 
 // Where tile b of a transposing job starts: the outer iteration's element offsets and the
@@ -426,39 +499,50 @@ class CudaDevice : public Device {
     if (jobs.empty()) return;
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = int32_t(i);
     cudaStream_t s = stream(lane);
-    for (int v : {16, 8, 4, 2, 1}) {
-      std::vector<DevJob> sel;
-      std::vector<int64_t> first_tile;
-      int64_t tiles = 0;
-      for (const DevJob& j : jobs) {
-        const int64_t units = j.runs * j.run_units;
-        if (j.unit_bytes != v || units == 0) continue;
-        sel.push_back(j);
-        first_tile.push_back(tiles);
-        tiles += (units + kernels::kTileUnits - 1) / kernels::kTileUnits;
-      }
-      if (tiles == 0) continue;
-      if (tiles > int64_t(INT32_MAX)) throw Error("device kernels: a batch of more than 2^31 tiles");
-      size_t jb = sel.size() * sizeof(DevJob), tb = first_tile.size() * sizeof(int64_t);
-      uint8_t* d = nullptr;
-      CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
-      // Pageable sources: the copies complete (to a driver buffer) before returning.
-      CUDA_CHECK(cudaMemcpyAsync(d, sel.data(), jb, cudaMemcpyHostToDevice, s));
-      CUDA_CHECK(cudaMemcpyAsync(d + jb, first_tile.data(), tb, cudaMemcpyHostToDevice, s));
-      auto* dj = reinterpret_cast<const DevJob*>(d);
-      auto* dt = reinterpret_cast<const int64_t*>(d + jb);
-      const int n = int(sel.size());
-      unsigned grid = unsigned(tiles);
-      auto* bad = reinterpret_cast<unsigned long long*>(counters_);
-      switch (v) {
-        case 16: kernels::jobs_kernel<16><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-        case 8: kernels::jobs_kernel<8><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-        case 4: kernels::jobs_kernel<4><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-        case 2: kernels::jobs_kernel<2><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-        default: kernels::jobs_kernel<1><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      }
-      CUDA_CHECK(cudaGetLastError());
-      CUDA_CHECK(cudaFreeAsync(d, s));
+    for (int v : {16, 8, 4, 2, 1})
+      for (bool strided : {false, true}) launch_kind(jobs, v, strided, s);
+  }
+
+  // The jobs of vector width v that are (strided) or are not copies of several runs: one launch.
+  void launch_kind(const std::vector<DevJob>& jobs, int v, bool strided, cudaStream_t s) {
+    std::vector<DevJob> sel;
+    std::vector<int64_t> first_tile;
+    int64_t tiles = 0;
+    for (const DevJob& j : jobs) {
+      const int64_t units = j.runs * j.run_units;
+      if (j.unit_bytes != v || units == 0 || strided != (j.mode == kernels::kCopy && !kernels::is_one_run(j))) continue;
+      sel.push_back(j);
+      first_tile.push_back(tiles);
+      tiles += (units + kernels::kTileUnits - 1) / kernels::kTileUnits;
+    }
+    if (tiles == 0) return;
+    if (tiles > int64_t(INT32_MAX)) throw Error("device kernels: a batch of more than 2^31 tiles");
+    size_t jb = sel.size() * sizeof(DevJob), tb = first_tile.size() * sizeof(int64_t);
+    uint8_t* d = nullptr;
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
+    // Pageable sources: the copies complete (to a driver buffer) before returning.
+    CUDA_CHECK(cudaMemcpyAsync(d, sel.data(), jb, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(d + jb, first_tile.data(), tb, cudaMemcpyHostToDevice, s));
+    auto* dj = reinterpret_cast<const DevJob*>(d);
+    auto* dt = reinterpret_cast<const int64_t*>(d + jb);
+    const int n = int(sel.size());
+    unsigned grid = unsigned(tiles);
+    auto* bad = reinterpret_cast<unsigned long long*>(counters_);
+    if (strided) launch_jobs<true>(v, grid, s, dj, dt, n, bad);
+    else launch_jobs<false>(v, grid, s, dj, dt, n, bad);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaFreeAsync(d, s));
+  }
+
+  template <bool kStrided>
+  static void launch_jobs(int v, unsigned grid, cudaStream_t s, const DevJob* dj, const int64_t* dt, int n,
+                          unsigned long long* bad) {
+    switch (v) {
+      case 16: kernels::jobs_kernel<16, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 8: kernels::jobs_kernel<8, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 4: kernels::jobs_kernel<4, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 2: kernels::jobs_kernel<2, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      default: kernels::jobs_kernel<1, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
     }
   }
 

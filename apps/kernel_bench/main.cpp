@@ -112,7 +112,11 @@ int run(const Options& o) {
     if (pipe(to_child) || pipe(to_parent)) throw Error("--ipc: pipe() failed");
     child = fork();
     if (child < 0) throw Error("--ipc: fork() failed");
-    if (child == 0) ipc_child(hf_bytes, hf_places, m, to_child[0], to_parent[1]);
+    if (child == 0) {  // the child keeps only its ends: its read sees EOF when the parent closes
+      close(to_child[1]);
+      close(to_parent[0]);
+      ipc_child(hf_bytes, hf_places, m, to_child[0], to_parent[1]);
+    }
     close(to_child[0]);
     close(to_parent[1]);
   }

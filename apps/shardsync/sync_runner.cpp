@@ -76,9 +76,9 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
              transports)
       ->capture_default_str();
   app->add_option("--measure-link", o->link_iters,
-                  "Before the engines, time this many reads of trainer rank 0's send buffer by "
-                  "inference rank 0 "
-                  "over the same transport (the path's raw copy bandwidth)")
+                  "Before the engines, time reads of trainer rank 0's send buffer by inference rank 0 "
+                  "over the same transport (the path's raw copy bandwidth): a 25 ms warm-up, then three "
+                  "rounds of this many reads, the fastest round reported")
       ->check(CLI::Range(0, 100000));
   app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
       ->transform(CLI::AsSizeValue(false))

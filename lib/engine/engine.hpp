@@ -113,8 +113,9 @@ class Engines {
   // reported to rank 0) or the end of the run (false).
   bool serve_next(double timeout_s, RankStats* out, EngineKind* engine, uint64_t* version);
   // The raw bandwidth of the pull path: inference rank 0 reads trainer rank 0's whole send
-  // buffer through the transport `iters` times. Called by every rank (start-up phase);
-  // returns GB/s on rank 0 (0 elsewhere).
+  // buffer through the transport, after a 25 ms warm-up, in three rounds of `iters` gets:
+  // the fastest round's rate. Called by every rank (start-up phase); returns GB/s on rank 0
+  // (0 elsewhere).
   double measure_link(int iters);
   // Releases transport registrations (collective, normal path only).
   void shutdown();

@@ -94,18 +94,21 @@ kernel_benches() {  # KERNELS=0 leaves them out
 }
 kernel_benches
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # ncu on inference rank 0 (world rank 1) of case (b), v4, one pass: the copy kernels' time,
-  # DRAM bytes and launches per sync (3 syncs: 1 warm-up + 2); the strided pieces (o_proj,
-  # down_proj column halves) go through the batched kernel reading the IPC mapping.
-  cat > "$LOGS/ncu-wrap.sh" <<EOF
-#!/usr/bin/env bash
-if [[ "\$OMPI_COMM_WORLD_RANK" == 1 ]]; then
-  exec ncu --clock-control none --kernel-name regex:'jobs_kernel|transpose' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size --csv --log-file $OUT/ncu-qwen3-8b-tp1-tp2-v4.csv "\$@"
-fi
-exec "\$@"
-EOF
-  chmod +x "$LOGS/ncu-wrap.sh"
-  step ncu 600 mpirun -np 3 --bind-to none "$LOGS/ncu-wrap.sh" $SS bench -m qwen3-8b -t tp1 -i tp2 --memory cuda -e v4 \
-    --send-buffer 1G --recv-buffer 1G --chunk 256M --syncs 2 --warmup 1 -q --no-verify
-  tail -5 "$LOGS/ncu.log" | tee -a "$SUM"
+  # ncu on inference rank 0 (world rank 1), v4, one pass, of cases (a) and (b): each copy
+  # kernel's time, DRAM bytes and grid (3 syncs: 1 warm-up + 2; kernels serialize under ncu,
+  # so each is timed alone on the GPU). One-run pieces and strided ones (the o_proj and
+  # down_proj column halves of (b)) go in separate launches reading the IPC mapping.
+  profile() {  # name np args...
+    local name="$1" np="$2"; shift 2
+    printf '%s\n' '#!/usr/bin/env bash' 'if [[ "$OMPI_COMM_WORLD_RANK" == 1 ]]; then' \
+      "  exec ncu --clock-control none --kernel-name regex:'jobs_kernel|transpose' --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size --csv --log-file $OUT/ncu-$name-v4.csv \"\$@\"" \
+      'fi' 'exec "$@"' > "$LOGS/ncu-wrap.sh"
+    chmod +x "$LOGS/ncu-wrap.sh"
+    step "ncu-$name" 300 mpirun -np "$np" --bind-to none "$LOGS/ncu-wrap.sh" $SS bench "$@" --memory cuda -e v4 \
+      --send-buffer 1G --recv-buffer 1G --chunk 256M --syncs 2 --warmup 1 -q --no-verify
+    tail -2 "$LOGS/ncu-$name.log" | tee -a "$SUM"
+    python3 scripts/gpu/ncu_summary.py "$OUT/ncu-$name-v4.csv" | tee -a "$SUM"
+  }
+  profile qwen3-8b-tp1-tp1 2 -m qwen3-8b -t tp1 -i tp1
+  profile qwen3-8b-tp1-tp2 3 -m qwen3-8b -t tp1 -i tp2
 fi

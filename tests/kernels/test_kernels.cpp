@@ -101,6 +101,65 @@ TEST(Kernels, WideAccessesOnAlignedRuns) {
   }
 }
 
+// Copies of several runs go to their own kernel (copy_strided: four loads in flight): runs
+// longer than a block (walked, crossing runs mid-tile and at tile starts), exactly a block,
+// shorter, with one and two outer loops, every vector width; in one copy() beside a one-run
+// job, each exact against the CPU twin.
+TEST(Kernels, StridedCopiesMatchCpuTwin) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  struct Case {
+    std::vector<int64_t> shape;
+    int dim;
+    int64_t start, len;  // narrow(dim, start, len); dim 1 of 3-d also narrows dim 2 to len2
+    int64_t len2;
+  };
+  const std::vector<Case> cases = {
+      {{96, 12288}, 1, 6144, 6144, 0},  // a down_proj column half: runs of 768 16-byte units
+      {{64, 4096}, 1, 2048, 2048, 0},   // an o_proj half: runs of exactly 256 units (a block)
+      {{77, 5000}, 1, 4, 2100, 0},      // 2100 elements: 8-byte units, 525 a run
+      {{70, 3000}, 1, 1, 2999, 0},      // odd start and length: element units
+      {{6, 64, 4096}, 1, 8, 40, 2048},  // two outer loops, runs of a block (run_base on crossing)
+      {{5, 33, 2000}, 1, 3, 29, 800},   // two outer loops, runs shorter than a block
+  };
+  for (int32_t eb : {2, 4}) {
+    std::vector<std::vector<uint8_t>> host, want;
+    std::vector<DeviceBuffer> src, dst;
+    std::vector<CopyJob> jobs;
+    std::mt19937_64 rng(11 + eb);
+    for (const Case& c : cases) {
+      SubView v = SubView::contiguous(c.shape);
+      v.narrow(c.dim, c.start, c.len);
+      if (c.shape.size() == 3) v.narrow(2, 0, c.len2);
+      CopyDesc d = make_pack_desc(v, 0);
+      int64_t n = 1;
+      for (int64_t s : c.shape) n *= s;
+      host.emplace_back(size_t(n * eb));
+      for (auto& b : host.back()) b = uint8_t(rng());
+      want.emplace_back(size_t(d.numel * eb), 0xEE);
+      execute_copy(d, host.back().data(), want.back().data(), eb);
+      src.emplace_back(gpu.get(), n * eb);
+      dst.emplace_back(gpu.get(), d.numel * eb);
+      gpu->from_host(src.back().data(), host.back().data(), n * eb);
+      gpu->from_host(dst.back().data(), std::vector<uint8_t>(size_t(d.numel * eb), 0xEE).data(), d.numel * eb);
+      jobs.push_back(CopyJob{src.back().data(), dst.back().data(), d, eb});
+    }
+    // A one-run job in the same copy(): the other kernel, launched beside.
+    CopyDesc whole = make_pack_desc(SubView::contiguous(cases[0].shape), 0);
+    jobs.push_back(CopyJob{src[0].data(), dst[0].data(), whole, eb});
+    want.push_back(host[0]);
+    DeviceBuffer whole_dst(gpu.get(), whole.numel * eb);
+    jobs.back().dst = whole_dst.data();
+    gpu->copy(jobs);
+    gpu->synchronize();
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::vector<uint8_t> got(want[i].size());
+      gpu->to_host(got.data(), jobs[i].dst, int64_t(got.size()));
+      ASSERT_EQ(got, want[i]) << "case " << i << " elem_bytes " << eb;
+    }
+  }
+}
+
 // Transposing copies take the tiled kernels: a Llama-4 gate_up piece read from the HF tensor
 // (rows 32 KiB apart) and from a chunk in source order (the engines' unpack), every expert at
 // once (an outer loop; two outer loops in a 4-d case), and ragged shapes of every element
