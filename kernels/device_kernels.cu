@@ -110,32 +110,27 @@ __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
   return j.mode == kCopy && j.runs == 1 && (j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1));
 }
 
-// The base of run r + 1 from that of run r: one step of a single outer loop, else located.
-template <class Job>
-__device__ __forceinline__ void next_run(const Job& j, int64_t r, int64_t* s, int64_t* d) {
-  if (j.outer == 1) {
-    *s += j.src_stride[0];
-    *d += j.dst_stride[0];
-  } else {
-    run_base(j, r + 1, s, d);
-  }
-}
-
 // A copy of several runs (row-parallel column slices; strided pieces): units [u, end) of
-// the tile, each thread with four loads in flight before its stores, as in the one-run
-// path (one at a time, the strided pieces read an IPC mapping at 59% of a contiguous copy:
-// kernel bench --ipc). Runs at least a block long are walked (a step of the outer loop
-// where a thread crosses into the next run); shorter ones are located unit by unit.
+// the tile, each thread with four loads in flight before its stores. The job's fields are
+// read once into registers: the stores may alias the job in the compiler's view, so fields
+// read in the loop were loaded again after every store, one dependent load before each
+// address (49-50% of a contiguous copy over an IPC mapping, the loads in flight or not:
+// kernel bench --ipc at 559f67b). Runs at least a block long are walked (a step of the outer
+// loop where a thread crosses into the next run); shorter ones are located unit by unit.
 template <int V>
 __device__ __forceinline__ void copy_strided(const DevJob& j, int64_t u, int64_t end) {
   using T = typename Vec<V>::T;
-  const int64_t eb = j.elem_bytes;
+  const uint8_t* const src = j.src;
+  uint8_t* const dst = j.dst;
+  const int64_t eb = j.elem_bytes, run_units = j.run_units;
   const bool contiguous = j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
   const int64_t ss = contiguous ? V / eb : j.inner_src_stride;  // elements per unit along the run
   const int64_t ds = contiguous ? V / eb : j.inner_dst_stride;
+  const bool one_outer = j.outer == 1;
+  const int64_t next_s = one_outer ? j.src_stride[0] : 0, next_d = one_outer ? j.dst_stride[0] : 0;
   const int64_t step = blockDim.x;
-  const bool walk = j.run_units >= step;
-  int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
+  const bool walk = run_units >= step;
+  int64_t r = u / run_units, w = u - r * run_units, s, d;
   run_base(j, r, &s, &d);
   while (u < end) {
     int64_t from[4], to[4];
@@ -144,26 +139,32 @@ __device__ __forceinline__ void copy_strided(const DevJob& j, int64_t u, int64_t
     for (int k = 0; k < 4; ++k) {
       if (u >= end) break;
       if (!walk) {
-        r = u / j.run_units;
-        w = u - r * j.run_units;
+        r = u / run_units;
+        w = u - r * run_units;
         run_base(j, r, &s, &d);
       }
       from[k] = (s + w * ss) * eb;
       to[k] = (d + w * ds) * eb;
       n = k + 1;
       u += step;
-      if (walk && (w += step) >= j.run_units && u < end) {
-        w -= j.run_units;
-        next_run(j, r++, &s, &d);
+      if (walk && (w += step) >= run_units && u < end) {  // into run r + 1
+        w -= run_units;
+        if (one_outer) {
+          s += next_s;
+          d += next_d;
+        } else {
+          run_base(j, r + 1, &s, &d);
+        }
+        ++r;
       }
     }
     T v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (k < n) v[k] = *reinterpret_cast<const T*>(j.src + from[k]);
+      if (k < n) v[k] = *reinterpret_cast<const T*>(src + from[k]);
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (k < n) *reinterpret_cast<T*>(j.dst + to[k]) = v[k];
+      if (k < n) *reinterpret_cast<T*>(dst + to[k]) = v[k];
   }
 }
 
@@ -224,7 +225,7 @@ __device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end
 // Jobs of one vector width V. kStrided: copies of several runs only (copy_strided, whose
 // registers would halve the blocks per SM of the others); else any job.
 template <int V, bool kStrided>
-__global__ void __launch_bounds__(256, kStrided ? 3 : 1) jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
+__global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
                             unsigned long long* first) {
   const int64_t b = blockIdx.x;
   const int ji = find_job(first_tile, njobs, b);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # After one-pass.sh (its build-gpu tree): two checks of the strided copy kernel, each a
 # rebuild of a patched copy of kernels/device_kernels.cu in a scratch tree:
-#   mutant: next_run forgets the destination's step: Kernels.StridedCopiesMatchCpuTwin must fail;
-#   bounds: the strided kernel without its __launch_bounds__ minimum of 3 blocks per SM (94
-#           registers, no spills, 2 blocks) against the committed one (80, small spills), by
-#           the kernel bench --ipc (strided pieces read through a CUDA IPC mapping).
+#   mutant: a walked run forgets the destination's step: Kernels.StridedCopiesMatchCpuTwin must fail;
+#   bounds: the strided kernel with __launch_bounds__(256, 3) (3 blocks per SM, 80 registers,
+#           small spills) against the committed one (96 registers, no spills, 2 blocks), by the
+#           kernel bench --ipc (strided pieces read through a CUDA IPC mapping).
 #   OUT=/tmp/out LOGS=/tmp/logs SUM_MODE=append scripts/gpu/strided-ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,8 +20,8 @@ build() {  # name: its test and kernel bench (the two variants build at once, ha
   cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build "$tree/build" -j $(( $(nproc) / 2 )) --target test_kernels shardsync-kernel-bench
 }
-prepare mutant 's/\*d += j.dst_stride\[0\];/*d += 0;/' || exit 1
-prepare bounds 's/__launch_bounds__(256, kStrided ? 3 : 1)/__launch_bounds__(256, 1)/' || exit 1
+prepare mutant 's/  d += next_d;/  d += 0;/' || exit 1
+prepare bounds 's/^__global__ void jobs_kernel(/__global__ void __launch_bounds__(256, kStrided ? 3 : 1) jobs_kernel(/' || exit 1
 export -f build
 step build-variants 400 bash -c "build mutant > $LOGS/build-mutant.log 2>&1 & build bounds > $LOGS/build-bounds.log 2>&1; wait"
 step mutant-test 120 /tmp/ab-mutant/build/tests/test_kernels --gtest_filter='Kernels.StridedCopies*'
