@@ -110,61 +110,40 @@ __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
   return j.mode == kCopy && j.runs == 1 && (j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1));
 }
 
-// A copy of several runs (row-parallel column slices; strided pieces): units [u, end) of
-// the tile, each thread with four loads in flight before its stores. The job's fields are
-// read once into registers: the stores may alias the job in the compiler's view, so fields
-// read in the loop were loaded again after every store, one dependent load before each
-// address (49-50% of a contiguous copy over an IPC mapping, the loads in flight or not:
-// kernel bench --ipc at 559f67b). Runs at least a block long are walked (a step of the outer
-// loop where a thread crosses into the next run); shorter ones are located unit by unit.
+// A copy of rows: several runs, one outer loop (the row-parallel column slices, o_proj and
+// down_proj halves), at most 2^31 units. Units [u, end) of the tile, four loads in flight
+// per thread; a unit's run and place in it come from a 32-bit division, so a thread keeps
+// no walking state and the kernel stays under 64 registers (four blocks of 256 per SM).
+// Walked runs with 64-bit state took 96 registers, two blocks per SM, and read an IPC
+// mapping at 50% of a contiguous copy; the same access pattern with 2,048 threads per SM
+// ran at the contiguous rate (bench/gpu/strided_sweep.cu): occupancy, not the pattern.
+__host__ __device__ __forceinline__ bool is_rows(const DevJob& j) {
+  return j.mode == kCopy && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
+}
+
 template <int V>
-__device__ __forceinline__ void copy_strided(const DevJob& j, int64_t u, int64_t end) {
+__device__ __forceinline__ void copy_rows(const DevJob& j, int64_t u, int64_t end) {
   using T = typename Vec<V>::T;
-  const uint8_t* const src = j.src;
-  uint8_t* const dst = j.dst;
-  const int64_t eb = j.elem_bytes, run_units = j.run_units;
+  const int64_t eb = j.elem_bytes;
   const bool contiguous = j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
-  const int64_t ss = contiguous ? V / eb : j.inner_src_stride;  // elements per unit along the run
-  const int64_t ds = contiguous ? V / eb : j.inner_dst_stride;
-  const bool one_outer = j.outer == 1;
-  const int64_t next_s = one_outer ? j.src_stride[0] : 0, next_d = one_outer ? j.dst_stride[0] : 0;
-  const int64_t step = blockDim.x;
-  const bool walk = run_units >= step;
-  int64_t r = u / run_units, w = u - r * run_units, s, d;
-  run_base(j, r, &s, &d);
-  while (u < end) {
-    int64_t from[4], to[4];
-    int n = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (u >= end) break;
-      if (!walk) {
-        r = u / run_units;
-        w = u - r * run_units;
-        run_base(j, r, &s, &d);
-      }
-      from[k] = (s + w * ss) * eb;
-      to[k] = (d + w * ds) * eb;
-      n = k + 1;
-      u += step;
-      if (walk && (w += step) >= run_units && u < end) {  // into run r + 1
-        w -= run_units;
-        if (one_outer) {
-          s += next_s;
-          d += next_d;
-        } else {
-          run_base(j, r + 1, &s, &d);
-        }
-        ++r;
-      }
-    }
+  const int64_t us = (contiguous ? V / eb : j.inner_src_stride) * eb;  // bytes from unit to unit of a run
+  const int64_t ud = (contiguous ? V / eb : j.inner_dst_stride) * eb;
+  const int64_t rs = j.src_stride[0] * eb, rd = j.dst_stride[0] * eb;  // bytes from run to run
+  const uint8_t* const src = j.src + j.src_offset * eb;
+  uint8_t* const dst = j.dst + j.dst_offset * eb;
+  const uint32_t ru = uint32_t(j.run_units), e = uint32_t(end), step = blockDim.x;
+  for (uint32_t x = uint32_t(u); x < e; x += 4 * step) {
     T v[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (k < n) v[k] = *reinterpret_cast<const T*>(src + from[k]);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t y = x + k * step, r = y / ru;
+      if (y < e) v[k] = *reinterpret_cast<const T*>(src + r * rs + (y - r * ru) * us);
+    }
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (k < n) *reinterpret_cast<T*>(dst + to[k]) = v[k];
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t y = x + k * step, r = y / ru;
+      if (y < e) *reinterpret_cast<T*>(dst + r * rd + (y - r * ru) * ud) = v[k];
+    }
   }
 }
 
@@ -179,7 +158,7 @@ __device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, 
   return lo;
 }
 
-// Any job (the kernel without kStrided): one-run copies as plain vector copies, the rest
+// Any job (the kernel without kRows): one-run copies as plain vector copies, the rest
 // unit by unit.
 template <int V>
 __device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end, unsigned long long* bad,
@@ -222,9 +201,8 @@ __device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end
   }
 }
 
-// Jobs of one vector width V. kStrided: copies of several runs only (copy_strided, whose
-// registers would halve the blocks per SM of the others); else any job.
-template <int V, bool kStrided>
+// Jobs of one vector width V. kRows: copies of rows only (copy_rows); else any job.
+template <int V, bool kRows>
 __global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
                             unsigned long long* first) {
   const int64_t b = blockIdx.x;
@@ -234,7 +212,7 @@ __global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int n
   const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
   int64_t u = first_unit + threadIdx.x;
   if (u >= end) return;
-  if constexpr (kStrided) copy_strided<V>(j, u, end);
+  if constexpr (kRows) copy_rows<V>(j, u, end);
   else copy_any<V>(j, u, end, bad, first);
 }
 
@@ -388,8 +366,9 @@ class CudaDevice : public Device {
   }
   void release(uint8_t* p) override { CUDA_CHECK(cudaFree(p)); }
 
-  // Transposing jobs get the tiled kernel, one launch each; the rest go in one batched launch
-  // per vector width (jobs of one copy are independent: any order). Not cudaMemcpyAsync for
+  // Transposing jobs get the tiled kernel, one launch each; the rest go in batched launches,
+  // one per vector width for copies of rows (is_rows) and one for the others (jobs of one copy
+  // are independent: any order). Not cudaMemcpyAsync for
   // the large one-run jobs: the batched kernel reads an IPC mapping at 92% of cudaMemcpy's
   // rate (bench/gpu/copy_sweep.cu), and one launch beat hundreds of memcpy calls where
   // several ranks share the GPU (results/gpu/one-pass).
@@ -501,17 +480,17 @@ class CudaDevice : public Device {
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = int32_t(i);
     cudaStream_t s = stream(lane);
     for (int v : {16, 8, 4, 2, 1})
-      for (bool strided : {false, true}) launch_kind(jobs, v, strided, s);
+      for (bool rows : {false, true}) launch_kind(jobs, v, rows, s);
   }
 
-  // The jobs of vector width v that are (strided) or are not copies of several runs: one launch.
-  void launch_kind(const std::vector<DevJob>& jobs, int v, bool strided, cudaStream_t s) {
+  // The jobs of vector width v that are (rows) or are not copies of rows (is_rows): one launch.
+  void launch_kind(const std::vector<DevJob>& jobs, int v, bool rows, cudaStream_t s) {
     std::vector<DevJob> sel;
     std::vector<int64_t> first_tile;
     int64_t tiles = 0;
     for (const DevJob& j : jobs) {
       const int64_t units = j.runs * j.run_units;
-      if (j.unit_bytes != v || units == 0 || strided != (j.mode == kernels::kCopy && !kernels::is_one_run(j))) continue;
+      if (j.unit_bytes != v || units == 0 || rows != kernels::is_rows(j)) continue;
       sel.push_back(j);
       first_tile.push_back(tiles);
       tiles += (units + kernels::kTileUnits - 1) / kernels::kTileUnits;
@@ -529,21 +508,21 @@ class CudaDevice : public Device {
     const int n = int(sel.size());
     unsigned grid = unsigned(tiles);
     auto* bad = reinterpret_cast<unsigned long long*>(counters_);
-    if (strided) launch_jobs<true>(v, grid, s, dj, dt, n, bad);
+    if (rows) launch_jobs<true>(v, grid, s, dj, dt, n, bad);
     else launch_jobs<false>(v, grid, s, dj, dt, n, bad);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaFreeAsync(d, s));
   }
 
-  template <bool kStrided>
+  template <bool kRows>
   static void launch_jobs(int v, unsigned grid, cudaStream_t s, const DevJob* dj, const int64_t* dt, int n,
                           unsigned long long* bad) {
     switch (v) {
-      case 16: kernels::jobs_kernel<16, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 8: kernels::jobs_kernel<8, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 4: kernels::jobs_kernel<4, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 2: kernels::jobs_kernel<2, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      default: kernels::jobs_kernel<1, kStrided><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 16: kernels::jobs_kernel<16, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 8: kernels::jobs_kernel<8, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 4: kernels::jobs_kernel<4, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 2: kernels::jobs_kernel<2, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      default: kernels::jobs_kernel<1, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
     }
   }
 

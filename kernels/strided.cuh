@@ -6,7 +6,8 @@
 // an inner run and up to kMaxOuter outer loops. When both sides of the inner run are
 // contiguous the run moves in units of up to 16 bytes (vector loads and stores), else one
 // element per unit. Jobs are cut into tiles of kTileUnits units (a job's last one shorter);
-// one block per tile, so many small tensors of one chunk go in one launch. A block finds its
+// one block per tile, so many small tensors of one chunk go in one launch (copies of rows,
+// several runs under one outer loop, in a launch of their own). A block finds its
 // job by a binary search of the jobs' first tiles: no per-tile list is built or uploaded
 // (for a 16 GB one-pass read that list was 3 MB, copied before the kernel could start).
 #pragma once

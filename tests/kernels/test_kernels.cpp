@@ -101,10 +101,10 @@ TEST(Kernels, WideAccessesOnAlignedRuns) {
   }
 }
 
-// Copies of several runs go to their own kernel (copy_strided: four loads in flight): runs
-// longer than a block (walked, crossing runs mid-tile and at tile starts), exactly a block,
-// shorter, with one and two outer loops, every vector width; in one copy() beside a one-run
-// job, each exact against the CPU twin.
+// Copies of rows (several runs, one outer loop) go to their own kernel (copy_rows): runs
+// longer than a block (tiles starting mid-run), exactly a block, odd lengths in element
+// units; two outer loops take the generic path. Every vector width, in one copy() beside a
+// one-run job, each exact against the CPU twin.
 TEST(Kernels, StridedCopiesMatchCpuTwin) {
   REQUIRE_GPU();
   auto gpu = make_cuda_device(0);
@@ -119,7 +119,7 @@ TEST(Kernels, StridedCopiesMatchCpuTwin) {
       {{64, 4096}, 1, 2048, 2048, 0},   // an o_proj half: runs of exactly 256 units (a block)
       {{77, 5000}, 1, 4, 2100, 0},      // 2100 elements: 8-byte units, 525 a run
       {{70, 3000}, 1, 1, 2999, 0},      // odd start and length: element units
-      {{6, 64, 4096}, 1, 8, 40, 2048},  // two outer loops, runs of a block (run_base on crossing)
+      {{6, 64, 4096}, 1, 8, 40, 2048},  // two outer loops (the generic path), runs of a block
       {{5, 33, 2000}, 1, 3, 29, 800},   // two outer loops, runs shorter than a block
   };
   for (int32_t eb : {2, 4}) {

@@ -1,0 +1,155 @@
+// strided_sweep: why a copy of column slices (runs of R bytes every S bytes, the row-parallel
+// halves of o_proj and down_proj) reads at half the rate of a contiguous copy. Each case
+// copies 1 GiB of runs from a 4 GiB local source into a dense destination (or, "unpack", a
+// dense source into runs), in tiles of 128 KiB, one block each, four 16-byte loads in flight
+// per thread (the batched kernel's shape); "stream" with __ldcs/__stcs; "scatter" takes the tiles in a scattered order,
+// "pair" interleaves the two complementary halves (tiles alternate), as one launch for both
+// TP ranks would. Every byte checked after it is timed. One JSON line per case.
+//
+//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep && ./strided_sweep [reps]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+constexpr int64_t kTile = 8192;  // 16-byte units per block
+
+struct Case {
+  const char* name;
+  int64_t stride, run, offset;  // bytes: runs of `run` at `offset` of every `stride`
+  int order;                    // 0 in order, 1 scattered tiles, 2 both halves (pair), 3 in order, streaming loads/stores
+  bool unpack;                  // dense source -> runs
+};
+
+__device__ __forceinline__ uint4 value(int64_t unit) {  // the source's 16-byte unit `unit`
+  uint64_t x = uint64_t(unit) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  return make_uint4(uint32_t(x), uint32_t(x >> 32), uint32_t(unit), uint32_t(~x));
+}
+
+__global__ void fill(uint4* s, int64_t n) {
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += int64_t(gridDim.x) * blockDim.x)
+    s[u] = value(u);
+}
+
+// The strided side's unit of dense unit u (runs of `ru` units every `su`, first at `ou`;
+// pair: even tiles the first half, odd tiles the second, each half's dense units in order).
+__device__ __forceinline__ int64_t runs_unit(int64_t u, int64_t ru, int64_t su, int64_t ou) {
+  const uint32_t r = uint32_t(u) / uint32_t(ru);  // u < 2^32: a 32-bit division
+  return int64_t(r) * su + ou + (u - int64_t(r) * ru);
+}
+
+__global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou,
+                     int order, int unpack, int64_t tiles) {
+  int64_t t = blockIdx.x;
+  if (order == 1) t = (t * 7919) % tiles;  // 7919 is prime, tiles a power of two: a permutation
+  int64_t half_off = ou, base = t * kTile;
+  if (order == 2) {  // tile t: half t % 2, its tile t / 2 of that half's dense units
+    half_off = (t % 2) * ru;
+    base = (t / 2) * kTile;
+  }
+  const int64_t end = min(base + kTile, n);
+  const int64_t step = blockDim.x;
+  for (int64_t u = base + threadIdx.x; u < end; u += 4 * step) {
+    int64_t from[4], to[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t x = u + k * step, y = runs_unit(x, ru, su, half_off);
+      const int64_t dense = order == 2 ? (t % 2) * n + x : x;
+      from[k] = unpack ? dense : y;
+      to[k] = unpack ? y : dense;
+    }
+    uint4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (u + k * step < end) v[k] = order == 3 ? __ldcs(s + from[k]) : s[from[k]];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (u + k * step < end) {
+        if (order == 3) __stcs(d + to[k], v[k]);
+        else d[to[k]] = v[k];
+      }
+  }
+}
+
+__global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou, int order, int unpack,
+                      unsigned long long* bad) {
+  const int halves = order == 2 ? 2 : 1;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * halves; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = i / n, x = i - h * n;
+    const int64_t y = runs_unit(x, ru, su, order == 2 ? h * ru : ou), dense = order == 2 ? h * n + x : x;
+    const uint4 want = value(unpack ? dense : y), got = d[unpack ? y : dense];
+    if (want.x != got.x || want.y != got.y || want.z != got.z || want.w != got.w) atomicAdd(bad, 1ull);
+  }
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int64_t src_bytes = int64_t(4) << 30, moved = int64_t(1) << 30;
+  uint4 *s, *d;
+  unsigned long long* bad;
+  CK(cudaMalloc(&s, src_bytes));
+  CK(cudaMalloc(&d, src_bytes));
+  CK(cudaMalloc(&bad, sizeof *bad));
+  CK(cudaMemset(bad, 0, sizeof *bad));
+  fill<<<2048, 256>>>(s, src_bytes / 16);
+  CK(cudaGetLastError());
+  const Case cases[] = {
+      {"contiguous", 4096, 4096, 0, 0, false},       {"half-8K", 8192, 4096, 0, 0, false},
+      {"half-8K-second", 8192, 4096, 4096, 0, false}, {"half-8K-scatter", 8192, 4096, 0, 1, false},
+      {"half-8K-pair", 8192, 4096, 0, 2, false},      {"half-24K", 24576, 12288, 0, 0, false},
+      {"half-24K-pair", 24576, 12288, 0, 2, false},   {"half-16K", 16384, 8192, 0, 0, false},
+      {"half-64K", 65536, 32768, 0, 0, false},        {"half-1M", 1 << 20, 1 << 19, 0, 0, false},
+      {"2of3-12K", 12288, 8192, 0, 0, false},         {"quarter-16K", 16384, 4096, 0, 0, false},
+      {"half-8K-unpack", 8192, 4096, 0, 0, true},     {"contiguous-unpack", 4096, 4096, 0, 0, true},
+      {"half-8K-stream", 8192, 4096, 0, 3, false},    {"contiguous-stream", 4096, 4096, 0, 3, false},
+  };
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  int failures = 0;
+  for (const Case& c : cases) {
+    const int64_t ru = c.run / 16, su = c.stride / 16, ou = c.offset / 16;
+    const int64_t n = (c.order == 2 ? moved / 2 : moved) / 16;  // dense units per half
+    const int64_t tiles = (n + kTile - 1) / kTile * (c.order == 2 ? 2 : 1);
+    if ((n / ru) * su > src_bytes / 16) {
+      std::fprintf(stderr, "%s: the runs do not fit the source\n", c.name);
+      return 2;
+    }
+    std::vector<float> ms;
+    for (int r = 0; r <= reps; ++r) {
+      CK(cudaEventRecord(e0));
+      copy<<<unsigned(tiles), 256>>>(s, d, n, ru, su, ou, c.order, c.unpack, tiles);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      if (r) ms.push_back(t);  // the first is a warm-up
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaMemset(bad, 0, sizeof *bad));
+    check<<<2048, 256>>>(d, n, ru, su, ou, c.order, c.unpack, bad);
+    unsigned long long wrong = 0;
+    CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
+    failures += wrong != 0;
+    const double t = ms[ms.size() / 2] / 1e3;
+    std::printf("{\"case\": \"%s\", \"stride\": %lld, \"run\": %lld, \"bytes\": %lld, \"time_s\": %.6e, "
+                "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
+                c.name, (long long)c.stride, (long long)c.run, (long long)moved, t, moved / t / 1e9, wrong);
+  }
+  std::printf("{\"failures\": %d}\n", failures);
+  return failures ? 1 : 0;
+}
