@@ -1,12 +1,14 @@
 // strided_sweep: why a copy of column slices (runs of R bytes every S bytes, the row-parallel
 // halves of o_proj and down_proj) reads at half the rate of a contiguous copy. Each case
-// copies 1 GiB of runs from a 4 GiB local source into a dense destination (or, "unpack", a
+// copies 1 GiB (or GiB) of runs from a local source of four times that into a dense destination (or, "unpack", a
 // dense source into runs), in tiles of 128 KiB, one block each, four 16-byte loads in flight
 // per thread (the batched kernel's shape); "stream" with __ldcs/__stcs; "scatter" takes the tiles in a scattered order,
 // "pair" interleaves the two complementary halves (tiles alternate), as one launch for both
 // TP ranks would. Every byte checked after it is timed. One JSON line per case.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep && ./strided_sweep [reps]
+//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep && ./strided_sweep [reps] [GiB]
+//
+// GiB (default 1) is what each case moves, from a source of four times that: the footprint.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,7 +49,7 @@ __global__ void fill(uint4* s, int64_t n) {
 // The strided side's unit of dense unit u (runs of `ru` units every `su`, first at `ou`;
 // pair: even tiles the first half, odd tiles the second, each half's dense units in order).
 __device__ __forceinline__ int64_t runs_unit(int64_t u, int64_t ru, int64_t su, int64_t ou) {
-  const uint32_t r = uint32_t(u) / uint32_t(ru);  // u < 2^32: a 32-bit division
+  const uint32_t r = uint32_t(u) / uint32_t(ru);  // u < 2^32 (at most 64 GiB moved): a 32-bit division
   return int64_t(r) * su + ou + (u - int64_t(r) * ru);
 }
 
@@ -97,7 +99,7 @@ __global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
-  const int64_t src_bytes = int64_t(4) << 30, moved = int64_t(1) << 30;
+  const int64_t moved = int64_t(argc > 2 ? std::atoi(argv[2]) : 1) << 30, src_bytes = 4 * moved;
   uint4 *s, *d;
   unsigned long long* bad;
   CK(cudaMalloc(&s, src_bytes));
