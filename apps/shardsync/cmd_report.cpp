@@ -156,15 +156,29 @@ std::string plot_header(const std::string& png, const std::string& title, const 
          "set key outside right top\nset xtics rotate by -25 left noenhanced\nset datafile missing '-'\n";
 }
 
-// One data row per run: its label, then value(engine summary) for each row of the engine
-// table ("-" where the run lacks the engine), then `extra(run)` if given.
+// The engines the plots show: every row of the engine table, then any other engine the runs
+// hold (the PyTorch peers, "peer:..."), so that peers stand next to the engines.
+std::vector<std::string> plotted_engines(const std::vector<RunRow>& runs) {
+  std::vector<std::string> names;
+  for (const EngineSpec& e : engine_table()) names.push_back(e.name);
+  for (const RunRow& r : runs)
+    for (const auto& [name, summary] : r.engines)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  return names;
+}
+
+// One data row per run: its label, then value(engine summary) for each plotted engine ("-"
+// where the run lacks it), then `extra(run)` if given; a comment line names the columns.
 template <class F, class G>
-std::string engine_rows(const std::vector<RunRow>& runs, F&& value, G&& extra) {
-  std::string d;
+std::string engine_rows(const std::vector<RunRow>& runs, const std::vector<std::string>& names, const std::string& extra_name,
+                        F&& value, G&& extra) {
+  std::string d = "# run";
+  for (const std::string& name : names) d += " " + name;
+  d += (extra_name.empty() ? "" : " " + extra_name) + "\n";
   for (const RunRow& r : runs) {
     d += dat_label(r.label);
-    for (const EngineSpec& e : engine_table()) {
-      auto it = r.engines.find(e.name);
+    for (const std::string& name : names) {
+      auto it = r.engines.find(name);
       d += " " + (it == r.engines.end() ? std::string("-") : value(it->second));
     }
     d += extra(r) + "\n";
@@ -173,18 +187,16 @@ std::string engine_rows(const std::vector<RunRow>& runs, F&& value, G&& extra) {
 }
 
 // gnuplot's plot clauses for the engine columns of engine_rows (labels in 1, then one
-// column per row of the engine table).
-std::string engine_columns(const std::string& dat) {
+// column per plotted engine).
+std::string engine_columns(const std::string& dat, const std::vector<std::string>& names) {
   std::string p;
   int col = 2;
-  for (const EngineSpec& e : engine_table()) {
-    p += (col == 2 ? quoted(dat) + " using 2:xtic(1)" : ", '' using " + std::to_string(col)) + " title '" + e.name + "'";
+  for (const std::string& name : names) {
+    p += (col == 2 ? quoted(dat) + " using 2:xtic(1)" : ", '' using " + std::to_string(col)) + " title " + quoted(name);
     ++col;
   }
   return p;
 }
-// The column after the engines' (engine_rows' `extra`).
-std::string extra_column() { return std::to_string(int(engine_table().size()) + 2); }
 
 std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, const std::filesystem::path& dir) {
   std::error_code ec;
@@ -201,15 +213,16 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
   };
   const int n = int(runs.size());
   auto none = [](const RunRow&) { return std::string(); };
+  const std::vector<std::string> names = plotted_engines(runs);
 
   // 1. Time per engine: one cluster per run, one bar per engine (log scale: the runs span
   //    milliseconds on GPUs to seconds on an oversubscribed CPU).
   {
-    const std::string d = "# run broadcast v1 v2 v3\n" +
-                          engine_rows(runs, [](const nlohmann::json& e) { return fmt_fixed(num(e["time_s"], "avg"), 6); }, none);
+    const std::string d =
+        engine_rows(runs, names, "", [](const nlohmann::json& e) { return fmt_fixed(num(e["time_s"], "avg"), 6); }, none);
     std::string gp = plot_header(png("time-per-engine"), "Sync time per engine (mean over timed syncs, every byte verified)",
                                  "seconds per sync (log scale)", n) +
-                     "set logscale y\nplot " + engine_columns(dat("time-per-engine")) + "\n";
+                     "set logscale y\nplot " + engine_columns(dat("time-per-engine"), names) + "\n";
     emit("time-per-engine", d, gp);
   }
   // 2. Bandwidth against the link: aggregate bandwidth per engine, and the pull path's raw
@@ -217,15 +230,17 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
   {
     const bool any_link = std::any_of(runs.begin(), runs.end(), [](const RunRow& r) { return r.link_gbps > 0; });
     const std::string d =
-        "# run broadcast v1 v2 v3 link\n" +
-        engine_rows(runs, [](const nlohmann::json& e) { return fmt_fixed(num(e, "aggregate_gbps"), 3); },
+        engine_rows(runs, names, "link", [](const nlohmann::json& e) { return fmt_fixed(num(e, "aggregate_gbps"), 3); },
                     [](const RunRow& r) { return " " + (r.link_gbps > 0 ? fmt_fixed(r.link_gbps, 3) : std::string("-")); });
     std::string gp = plot_header(png("bandwidth"),
                                  std::string("Aggregate bandwidth per engine") +
                                      (any_link ? " vs the measured pull-path link (hatched)" : " (no run measured its link: --measure-link)"),
                                  "GB/s received by all inference ranks (log scale)", n) +
-                     "set logscale y\nplot " + engine_columns(dat("bandwidth")) +
-                     (any_link ? ", '' using " + extra_column() + " title 'link limit' lc rgb 'black' fs pattern 4" : "") + "\n";
+                     "set logscale y\nplot " + engine_columns(dat("bandwidth"), names) +
+                     (any_link ? ", '' using " + std::to_string(int(names.size()) + 2) +
+                                     " title 'link limit' lc rgb 'black' fs pattern 4"
+                               : "") +
+                     "\n";
     emit("bandwidth", d, gp);
   }
   // 3. Per-phase breakdown: each phase's share of the busy time of a (run, engine), so that
@@ -234,12 +249,12 @@ std::vector<std::filesystem::path> write_plots(const std::vector<RunRow>& runs, 
   {
     std::string d = "# run/engine gather% pack% transfer% process% verify% | gather_s pack_s transfer_s process_s verify_s sync_s\n";
     for (const RunRow& r : runs)
-      for (const EngineSpec& spec : engine_table()) {
-        auto it = r.engines.find(spec.name);
+      for (const std::string& name : names) {
+        auto it = r.engines.find(name);
         if (it == r.engines.end()) continue;
         double sum = 0;
         for (const char* ph : kPhases) sum += num(it->second, ph);
-        d += dat_label(r.label + " " + spec.name);
+        d += dat_label(r.label + " " + name);
         for (const char* ph : kPhases) d += " " + fmt_fixed(sum > 0 ? 100 * num(it->second, ph) / sum : 0.0, 2);
         for (const char* ph : kPhases) d += " " + fmt_fixed(num(it->second, ph), 6);
         d += " " + fmt_fixed(num(it->second["time_s"], "avg"), 6) + "\n";

@@ -17,14 +17,7 @@
 #include <cstring>
 #include <string>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "check.cuh"
 
 // Tiles of `tile` 16-byte units, one block each, U loads in flight per thread (the batched
 // kernel's shape).

@@ -1,38 +1,40 @@
 // strided_sweep: why a copy of column slices (runs of R bytes every S bytes, the row-parallel
 // halves of o_proj and down_proj) reads at half the rate of a contiguous copy. Each case
-// copies 1 GiB (or GiB) of runs from a local source of four times that into a dense destination (or, "unpack", a
-// dense source into runs), in tiles of 128 KiB, one block each, four 16-byte loads in flight
-// per thread (the batched kernel's shape); "stream" with __ldcs/__stcs; "scatter" takes the tiles in a scattered order,
-// "pair" interleaves the two complementary halves (tiles alternate), as one launch for both
-// TP ranks would. Every byte checked after it is timed. One JSON line per case.
+// copies 1 GiB (or GiB) of runs from a source of four times that into a dense destination (or,
+// "unpack", a dense source into runs), in tiles of 128 KiB, one block each, four 16-byte loads
+// in flight per thread (the batched kernel's shape); "stream" with __ldcs/__stcs; "scatter"
+// takes the tiles in a scattered order; "pair" interleaves the two complementary halves
+// (tiles alternate), as one launch for both TP ranks would. Every byte checked after it is
+// timed. One JSON line per case.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep && ./strided_sweep [reps] [GiB]
+//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep
+//   ./strided_sweep [reps] [GiB] [local|ipc]
 //
-// GiB (default 1) is what each case moves, from a source of four times that: the footprint.
+// ipc: the source lives in a child process and is read through a CUDA IPC mapping (the
+// one-pass path), as the kernel bench --ipc reads it; there the strided pieces run at half the
+// contiguous rate, from local memory at the contiguous rate: the question this mode asks.
 #include <cuda_runtime.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "check.cuh"
 
 constexpr int64_t kTile = 8192;  // 16-byte units per block
 
 struct Case {
   const char* name;
   int64_t stride, run, offset;  // bytes: runs of `run` at `offset` of every `stride`
-  int order;                    // 0 in order, 1 scattered tiles, 2 both halves (pair), 3 in order, streaming loads/stores
-  bool unpack;                  // dense source -> runs
+  int order;    // 0 in order, 1 scattered tiles, 2 both halves (pair), 3 in order, streaming
+                // loads/stores
+  bool unpack;  // dense source -> runs
 };
 
 __device__ __forceinline__ uint4 value(int64_t unit) {  // the source's 16-byte unit `unit`
@@ -42,19 +44,21 @@ __device__ __forceinline__ uint4 value(int64_t unit) {  // the source's 16-byte 
 }
 
 __global__ void fill(uint4* s, int64_t n) {
-  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x)
     s[u] = value(u);
 }
 
 // The strided side's unit of dense unit u (runs of `ru` units every `su`, first at `ou`;
 // pair: even tiles the first half, odd tiles the second, each half's dense units in order).
 __device__ __forceinline__ int64_t runs_unit(int64_t u, int64_t ru, int64_t su, int64_t ou) {
-  const uint32_t r = uint32_t(u) / uint32_t(ru);  // u < 2^32 (at most 64 GiB moved): a 32-bit division
+  const uint32_t r =
+      uint32_t(u) / uint32_t(ru);  // u < 2^32 (at most 64 GiB moved): a 32-bit division
   return int64_t(r) * su + ou + (u - int64_t(r) * ru);
 }
 
-__global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou,
-                     int order, int unpack, int64_t tiles) {
+__global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t n, int64_t ru,
+                     int64_t su, int64_t ou, int order, int unpack, int64_t tiles) {
   int64_t t = blockIdx.x;
   if (order == 1) t = (t * 7919) % tiles;  // 7919 is prime, tiles a power of two: a permutation
   int64_t half_off = ou, base = t * kTile;
@@ -80,43 +84,88 @@ __global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       if (u + k * step < end) {
-        if (order == 3) __stcs(d + to[k], v[k]);
-        else d[to[k]] = v[k];
+        if (order == 3)
+          __stcs(d + to[k], v[k]);
+        else
+          d[to[k]] = v[k];
       }
   }
 }
 
-__global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou, int order, int unpack,
-                      unsigned long long* bad) {
+__global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou,
+                      int order, int unpack, unsigned long long* bad) {
   const int halves = order == 2 ? 2 : 1;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * halves; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * halves;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = i / n, x = i - h * n;
-    const int64_t y = runs_unit(x, ru, su, order == 2 ? h * ru : ou), dense = order == 2 ? h * n + x : x;
+    const int64_t y = runs_unit(x, ru, su, order == 2 ? h * ru : ou),
+                  dense = order == 2 ? h * n + x : x;
     const uint4 want = value(unpack ? dense : y), got = d[unpack ? y : dense];
-    if (want.x != got.x || want.y != got.y || want.z != got.z || want.w != got.w) atomicAdd(bad, 1ull);
+    if (want.x != got.x || want.y != got.y || want.z != got.z || want.w != got.w)
+      atomicAdd(bad, 1ull);
   }
 }
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int64_t moved = int64_t(argc > 2 ? std::atoi(argv[2]) : 1) << 30, src_bytes = 4 * moved;
-  uint4 *s, *d;
+  const bool ipc = argc > 3 && std::string(argv[3]) == "ipc";
+  uint4 *s = nullptr, *d = nullptr;
+  int to_parent[2] = {-1, -1}, to_child[2] = {-1, -1};
+  pid_t child = -1;
+  if (ipc) {  // the source in another process, read through a CUDA IPC mapping (fork before CUDA)
+    if (pipe(to_parent) || pipe(to_child)) return 1;
+    child = fork();
+    if (child < 0) return 1;
+    if (child == 0) {
+      close(to_parent[0]);
+      close(to_child[1]);
+      uint4* src;
+      CK(cudaMalloc(&src, src_bytes));
+      fill<<<2048, 256>>>(src, src_bytes / 16);
+      CK(cudaDeviceSynchronize());
+      cudaIpcMemHandle_t h;
+      CK(cudaIpcGetMemHandle(&h, src));
+      if (write(to_parent[1], &h, sizeof h) != sizeof h) _exit(1);
+      char c;
+      _exit(read(to_child[0], &c, 1) < 0 ? 1 : 0);  // EOF: the parent is done
+    }
+    close(to_parent[1]);
+    close(to_child[0]);
+    cudaIpcMemHandle_t h;
+    if (read(to_parent[0], &h, sizeof h) != sizeof h) {
+      std::fprintf(stderr, "strided_sweep: the source process sent no IPC handle\n");
+      return 1;
+    }
+    void* mapped = nullptr;
+    CK(cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess));
+    s = static_cast<uint4*>(mapped);
+  } else {
+    CK(cudaMalloc(&s, src_bytes));
+    fill<<<2048, 256>>>(s, src_bytes / 16);
+    CK(cudaGetLastError());
+  }
   unsigned long long* bad;
-  CK(cudaMalloc(&s, src_bytes));
   CK(cudaMalloc(&d, src_bytes));
   CK(cudaMalloc(&bad, sizeof *bad));
   CK(cudaMemset(bad, 0, sizeof *bad));
-  fill<<<2048, 256>>>(s, src_bytes / 16);
-  CK(cudaGetLastError());
   const Case cases[] = {
-      {"contiguous", 4096, 4096, 0, 0, false},       {"half-8K", 8192, 4096, 0, 0, false},
-      {"half-8K-second", 8192, 4096, 4096, 0, false}, {"half-8K-scatter", 8192, 4096, 0, 1, false},
-      {"half-8K-pair", 8192, 4096, 0, 2, false},      {"half-24K", 24576, 12288, 0, 0, false},
-      {"half-24K-pair", 24576, 12288, 0, 2, false},   {"half-16K", 16384, 8192, 0, 0, false},
-      {"half-64K", 65536, 32768, 0, 0, false},        {"half-1M", 1 << 20, 1 << 19, 0, 0, false},
-      {"2of3-12K", 12288, 8192, 0, 0, false},         {"quarter-16K", 16384, 4096, 0, 0, false},
-      {"half-8K-unpack", 8192, 4096, 0, 0, true},     {"contiguous-unpack", 4096, 4096, 0, 0, true},
-      {"half-8K-stream", 8192, 4096, 0, 3, false},    {"contiguous-stream", 4096, 4096, 0, 3, false},
+      {"contiguous", 4096, 4096, 0, 0, false},
+      {"half-8K", 8192, 4096, 0, 0, false},
+      {"half-8K-second", 8192, 4096, 4096, 0, false},
+      {"half-8K-scatter", 8192, 4096, 0, 1, false},
+      {"half-8K-pair", 8192, 4096, 0, 2, false},
+      {"half-24K", 24576, 12288, 0, 0, false},
+      {"half-24K-pair", 24576, 12288, 0, 2, false},
+      {"half-16K", 16384, 8192, 0, 0, false},
+      {"half-64K", 65536, 32768, 0, 0, false},
+      {"half-1M", 1 << 20, 1 << 19, 0, 0, false},
+      {"2of3-12K", 12288, 8192, 0, 0, false},
+      {"quarter-16K", 16384, 4096, 0, 0, false},
+      {"half-8K-unpack", 8192, 4096, 0, 0, true},
+      {"contiguous-unpack", 4096, 4096, 0, 0, true},
+      {"half-8K-stream", 8192, 4096, 0, 3, false},
+      {"contiguous-stream", 4096, 4096, 0, 3, false},
   };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -148,10 +197,20 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
     failures += wrong != 0;
     const double t = ms[ms.size() / 2] / 1e3;
-    std::printf("{\"case\": \"%s\", \"stride\": %lld, \"run\": %lld, \"bytes\": %lld, \"time_s\": %.6e, "
-                "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
-                c.name, (long long)c.stride, (long long)c.run, (long long)moved, t, moved / t / 1e9, wrong);
+    std::printf(
+        "{\"source\": \"%s\", \"case\": \"%s\", \"stride\": %lld, \"run\": %lld, \"bytes\": %lld, "
+        "\"time_s\": %.6e, "
+        "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
+        ipc ? "ipc" : "local", c.name, (long long)c.stride, (long long)c.run, (long long)moved, t,
+        moved / t / 1e9, wrong);
   }
   std::printf("{\"failures\": %d}\n", failures);
+  if (ipc) {
+    CK(cudaIpcCloseMemHandle(s));
+    close(to_child[1]);
+    int st = 0;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failures += 1;
+  }
   return failures ? 1 : 0;
 }

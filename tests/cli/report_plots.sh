@@ -15,6 +15,14 @@ for p in time-per-engine bandwidth phases; do
 done
 # The GPU run measured its link: the bandwidth data carries it (395 GB/s in that run).
 awk '/dense/ {print $NF}' "$out/bandwidth.dat" | grep -Eq '^3[0-9][0-9]\.' || { echo "FAIL: link column missing"; cat "$out/bandwidth.dat"; exit 1; }
+# The PyTorch peers' result files stand next to the engines in the plots, not only the table.
+peers="$out/peers"
+log=$(timeout 120 "$ss" report "$results"/gpu/one-pass/qwen3-8b-tp1-tp1.json "$results"/gpu/one-pass/peers-qwen3-8b-tp1-tp1.json \
+  --plots "$peers" 2>&1) || { echo "FAIL: report with peers: $log"; exit 1; }
+grep -q '^# run .* peer:bucketed-ipc' "$peers/time-per-engine.dat" || { echo "FAIL: no peer column"; cat "$peers/time-per-engine.dat"; exit 1; }
+grep 'peers-qwen3-8b-tp1-tp1"' "$peers/time-per-engine.dat" | grep -Eq ' 0\.0[0-9]+' ||
+  { echo "FAIL: the peers' run has no time"; cat "$peers/time-per-engine.dat"; exit 1; }
+grep -q "title 'peer:bucketed-ipc'" "$peers/time-per-engine.gp" || { echo "FAIL: no peer bars"; cat "$peers/time-per-engine.gp"; exit 1; }
 # A plots directory whose name a shell would expand or a gnuplot string would end.
 odd="$out/it's \$HOME \"q\" \`x\`"
 log=$(timeout 120 "$ss" report "$results"/cpu/mini-moe-ep.json --plots "$odd" 2>&1) || { echo "FAIL: odd directory name: $log"; exit 1; }
