@@ -17,14 +17,20 @@ if(NOT TARGET shardsync_hdf5)
 endif()
 
 # ---- UCX (optional) ----------------------------------------------------------
-# SHARDSYNC_UCX_ROOT may point at headers unpacked from a libucx-dev .deb (the GPU host
-# ships the UCX runtime without headers).
+# SHARDSYNC_UCX_ROOT may point at a plain prefix (include/, lib/: a site UCX, HPC-X, the
+# libucx-cu13 wheel unpacked) or at a .deb unpacked with dpkg -x (usr/include,
+# usr/lib/x86_64-linux-gnu: the GPU host ships the UCX runtime without headers); it is
+# searched before the system.
 set(SHARDSYNC_HAVE_UCX OFF)
 if(NOT SHARDSYNC_UCX STREQUAL "OFF")
-  set(SHARDSYNC_UCX_ROOT "" CACHE PATH "Prefix holding include/ucp/api/ucp.h (optional)")
-  find_path(SHARDSYNC_UCP_INCLUDE ucp/api/ucp.h HINTS ${SHARDSYNC_UCX_ROOT}/usr/include ${SHARDSYNC_UCX_ROOT}/include)
-  find_library(SHARDSYNC_UCP_LIB NAMES ucp libucp.so.0 HINTS ${SHARDSYNC_UCX_ROOT}/usr/lib/x86_64-linux-gnu)
-  find_library(SHARDSYNC_UCS_LIB NAMES ucs libucs.so.0 HINTS ${SHARDSYNC_UCX_ROOT}/usr/lib/x86_64-linux-gnu)
+  set(SHARDSYNC_UCX_ROOT "" CACHE PATH "Prefix holding include/ucp/api/ucp.h and lib/libucp.so (optional)")
+  set(_ucx_libs "")
+  if(SHARDSYNC_UCX_ROOT)
+    set(_ucx_libs ${SHARDSYNC_UCX_ROOT}/lib ${SHARDSYNC_UCX_ROOT}/lib64 ${SHARDSYNC_UCX_ROOT}/usr/lib/x86_64-linux-gnu)
+  endif()
+  find_path(SHARDSYNC_UCP_INCLUDE ucp/api/ucp.h HINTS ${SHARDSYNC_UCX_ROOT}/include ${SHARDSYNC_UCX_ROOT}/usr/include)
+  find_library(SHARDSYNC_UCP_LIB NAMES ucp libucp.so.0 HINTS ${_ucx_libs})
+  find_library(SHARDSYNC_UCS_LIB NAMES ucs libucs.so.0 HINTS ${_ucx_libs})
   if(SHARDSYNC_UCP_INCLUDE AND SHARDSYNC_UCP_LIB AND SHARDSYNC_UCS_LIB)
     set(SHARDSYNC_HAVE_UCX ON)
     add_library(shardsync_ucx INTERFACE)

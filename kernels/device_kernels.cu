@@ -594,6 +594,14 @@ int cuda_device_count() {
   return n;
 }
 
+std::string cuda_error() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n > 0 ? "" : "cudaGetDeviceCount found no device";
+  cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
 bool cuda_built() { return true; }
 
 }  // namespace shardsync

@@ -25,6 +25,11 @@ void setup_info_command(CLI::App& app) {
               << "nccl " << (nccl_built() ? "yes" : "no") << "\n"
               << "transports " << transports << "\n"
               << "gpus " << gpus << "\n";
+    if (cuda_built() && gpus == 0) {
+      std::cout << "cuda_error " << cuda_error() << "\n";
+      // A GPU the driver lists but CUDA cannot use: a broken setup, not a machine without GPUs.
+      std::cout << "driver_gpus " << gpus_listed_by_driver() << "\n";
+    }
     for (int g = 0; g < gpus; ++g) std::cout << "gpu" << g << " " << make_cuda_device(g)->describe() << "\n";
     std::cout << "hdf5 " << maj << "." << min << "." << rel << "\n";
   });

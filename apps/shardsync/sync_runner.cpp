@@ -305,7 +305,10 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
     if (o.memory == "cuda") {
       if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
       if (cuda_device_count() == 0)
-        throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i());
+        throw InputError("--memory", "cuda",
+                         (gpus_listed_by_driver() > 0 ? "the driver lists a GPU but CUDA cannot use it on "
+                                                      : "no GPU is visible on ") +
+                             where_am_i() + " (" + cuda_error() + ")");
     }
     auto probe_transport = make_transport(rs->transport);  // validates the name
     if (!o.engine.rendezvous.empty()) {
@@ -315,11 +318,7 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
       if (access(o.engine.rendezvous.c_str(), W_OK | X_OK) != 0)
         throw InputError(o.engine.rendezvous, "--rendezvous", "not a writable directory");
     }
-    if (!o.fail_at.empty()) {
-      if (!probe_transport->supports_rejoin())
-        throw InputError(
-            "--fail-at", o.fail_at,
-            "surviving a failure needs --transport ucx (this run uses " + rs->transport + ")");
+    if (!o.fail_at.empty()) {  // its form first: a malformed value is wrong in every build
       int k = -1, r = -1;
       if (std::sscanf(o.fail_at.c_str(), "sync=%d,rank=%d", &k, &r) != 2 || k < 0 ||
           r < rs->s.trainer->world_size() || r >= size)
@@ -327,6 +326,10 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
                          "expected sync=K,rank=R with R an inference rank (" +
                              std::to_string(rs->s.trainer->world_size()) + ".." +
                              std::to_string(size - 1) + ")");
+      if (!probe_transport->supports_rejoin())
+        throw InputError(
+            "--fail-at", o.fail_at,
+            "surviving a failure needs --transport ucx (this run uses " + rs->transport + ")");
       rs->engine.fail_at_sync = k;
       rs->engine.fail_rank = r;
     }

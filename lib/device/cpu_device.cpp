@@ -1,8 +1,9 @@
 // The CPU twin of the device: host memory, synchronous main lane, a background thread for
 // the background lane.
 #include <algorithm>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include <sys/mman.h>
 
@@ -171,6 +172,17 @@ std::unique_ptr<Device> make_cuda_device(int) {
 }
 int cuda_device_count() { return 0; }
 bool cuda_built() { return false; }
+std::string cuda_error() { return ""; }
 #endif
+
+int gpus_listed_by_driver() {
+  const char* dir = std::getenv("SHARDSYNC_NVIDIA_GPUS_DIR");
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator(dir ? dir : "/proc/driver/nvidia/gpus", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
 
 }  // namespace shardsync

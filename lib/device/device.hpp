@@ -130,8 +130,14 @@ struct Region {
 std::unique_ptr<Device> make_cpu_device();
 // A CUDA device, or an Error when this build has no CUDA or the GPU is missing.
 std::unique_ptr<Device> make_cuda_device(int gpu);
-int cuda_device_count();  // 0 when built without CUDA or no GPU is visible
+int cuda_device_count();  // 0 when built without CUDA, no GPU is visible, or CUDA fails
 bool cuda_built();
+// Why CUDA sees no GPU: the runtime's error ("" when it counts one or more, or the build has
+// no CUDA). With gpus_listed_by_driver(), tells a missing GPU from a broken CUDA.
+std::string cuda_error();
+// GPUs the NVIDIA kernel driver lists (/proc/driver/nvidia/gpus, or SHARDSYNC_NVIDIA_GPUS_DIR
+// in the tests of this check): > 0 with cuda_device_count() == 0 is a defect, not a skip.
+int gpus_listed_by_driver();
 
 // CPU twins of the device kernels (they define the semantics the GPU kernels match).
 // synth_fill writes the low `elem_bytes` bytes of synth_bits(seed, first + i), i in [0, n).

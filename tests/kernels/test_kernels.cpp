@@ -1,5 +1,6 @@
 // GPU kernels against their CPU twins (copy: execute_copy; synth and verify: cpu_synth,
-// cpu_verify) on random jobs. Skips, visibly, where no GPU is visible.
+// cpu_verify) on random jobs. Skips, visibly, where no GPU is visible; fails where the driver
+// lists a GPU that CUDA cannot use (a broken setup is a defect, not a missing feature).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@ namespace {
 #define REQUIRE_GPU()                                                                               \
   do {                                                                                              \
     if (!cuda_built()) GTEST_SKIP() << "built without CUDA (SHARDSYNC_CUDA=OFF or no nvcc)";        \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible on this machine";                  \
+    if (cuda_device_count() == 0 && gpus_listed_by_driver() > 0)                                     \
+      FAIL() << gpus_listed_by_driver() << " GPU(s) listed by the driver, but CUDA: " << cuda_error(); \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible on this machine (" << cuda_error() << ")"; \
   } while (0)
 
 // A random view of a tensor made of narrow/transpose/reshape steps, packed.
