@@ -12,13 +12,17 @@ FUZZ_SECONDS ?= 20
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
 UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps configure build run test test-main test-asan test-tsan test-fuzz perf-check perf-calibrate clean format
+.PHONY: all deps deps-slurm configure build run test test-main test-asan test-tsan test-fuzz test-slurm perf-check perf-calibrate clean format
 
 all: build
 
 # Installs missing Debian packages (idempotent); prints the list and stops where it cannot.
 deps:
 	@scripts/deps.sh
+
+# The optional set for a real Slurm job on this machine (slurmctld, slurmd, slurm-client, munge).
+deps-slurm:
+	@scripts/deps.sh --slurm
 
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >$(BUILD_DIR).configure.log 2>&1 \
@@ -41,6 +45,11 @@ test: test-main test-asan test-tsan test-fuzz
 
 test-main: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900
+
+# The project's sbatch script submitted for real to a single-node Slurm started here (part of
+# test-main too, where it skips with the reason when Slurm is not installed).
+test-slurm: build deps-slurm
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -R 'cli.slurm_job' --timeout 400
 
 test-asan: deps
 	@cmake -S . -B build-asan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=address,undefined >build-asan.configure.log 2>&1 \

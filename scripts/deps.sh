@@ -2,6 +2,9 @@
 # Installs the Debian packages shardsync builds and tests with, if any are missing.
 # Idempotent: prints "deps: all present" and does nothing when everything is installed.
 # Where it cannot install (not root, or no apt-get), it prints the exact list and fails.
+#   scripts/deps.sh           the build and test set
+#   scripts/deps.sh --slurm   the optional set for a real Slurm job (make deps-slurm):
+#                             slurmctld, slurmd, slurm-client, munge (tests/cli/slurm_job.sh)
 set -euo pipefail
 
 packages=(
@@ -14,6 +17,12 @@ packages=(
   gnuplot-nox python3
   clang libclang-rt-14-dev
 )
+if [[ "${1:-}" == --slurm ]]; then
+  packages=(slurmctld slurmd slurm-client munge)
+elif [[ -n "${1:-}" ]]; then
+  echo "deps: unknown option '$1' (expected none or --slurm)" >&2
+  exit 2
+fi
 
 if [[ "${SHARDSYNC_SKIP_DEPS:-0}" == 1 ]]; then
   echo "deps: SHARDSYNC_SKIP_DEPS=1, not checking packages"

@@ -1,8 +1,21 @@
 # Shared by the sbatch scripts: parse --dry-run, find the binary, print the rank map with
 # node placement, record plans offline, then launch (or print the launch line).
 # Expects: LAYOUT, NODES, TASKS_PER_NODE, SYNCS, NAME, and ENGINES (a comma list; empty:
-# every row of the engine table, `shardsync engines --names`).
+# every row of the engine table, `shardsync engines --names`). Inside a job the allocation
+# (SLURM_JOB_NUM_NODES, SLURM_NTASKS) gives NODES and TASKS_PER_NODE. Also from the
+# environment: MEMORY (cuda), TRANSPORT (auto), BUFFERS (the buffer flags), MEASURE_LINK (5),
+# MPIRUN_ARGS (extra mpirun flags), RESULTS (where plans and results go), SHARDSYNC_BIN.
 set -euo pipefail
+if [[ -n "${SLURM_JOB_NUM_NODES:-}" && -n "${SLURM_NTASKS:-}" ]]; then
+  NODES=$SLURM_JOB_NUM_NODES
+  TASKS_PER_NODE=$((SLURM_NTASKS / SLURM_JOB_NUM_NODES))
+fi
+MEMORY="${MEMORY:-cuda}"
+TRANSPORT="${TRANSPORT:-auto}"
+BUFFERS="${BUFFERS:---send-buffer 2G --recv-buffer 2G --chunk 256M --bucket 2G}"
+MEASURE_LINK="${MEASURE_LINK:-5}"
+read -r -a extra_mpirun <<<"${MPIRUN_ARGS:-}"
+read -r -a buffer_flags <<<"$BUFFERS"
 DRY_RUN=0
 for a in "$@"; do [[ "$a" == "--dry-run" ]] && DRY_RUN=1; done
 REPO="${SHARDSYNC_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
@@ -30,11 +43,11 @@ export SHARDSYNC_UCX_PEER_ERRORS="${SHARDSYNC_UCX_PEER_ERRORS:-1}"
 
 PLANS="$RESULTS/plans.h5"
 RECORD=("$SS" plan record --layout "$LAYOUT" --out "$PLANS")
-LAUNCH=(mpirun -np "$WORLD" --map-by "ppr:${TASKS_PER_NODE}:node" --bind-to none
+LAUNCH=(mpirun -np "$WORLD" --map-by "ppr:${TASKS_PER_NODE}:node" --bind-to none "${extra_mpirun[@]}"
         -x UCX_TLS -x UCX_NET_DEVICES -x NCCL_IB_DISABLE -x NCCL_NVLS_ENABLE -x SHARDSYNC_UCX_PEER_ERRORS
-        "$SS" bench --layout "$LAYOUT" --memory cuda --transport auto --plans "$PLANS"
-        --engine "$ENGINES" --syncs "$SYNCS" --warmup 1 --measure-link 5
-        --send-buffer 2G --recv-buffer 2G --chunk 256M --bucket 2G --json "$RESULTS/bench.json")
+        "$SS" bench --layout "$LAYOUT" --memory "$MEMORY" --transport "$TRANSPORT" --plans "$PLANS"
+        --engine "$ENGINES" --syncs "$SYNCS" --warmup 1 --measure-link "$MEASURE_LINK"
+        "${buffer_flags[@]}" --json "$RESULTS/bench.json")
 echo "# plans (offline, one rank): ${RECORD[*]}"
 echo "# launch: ${LAUNCH[*]}"
 if [[ $DRY_RUN == 1 ]]; then
