@@ -62,13 +62,19 @@ struct Vec<1> {
   using T = uint8_t;
 };
 
+// A job's runs are contiguous on both sides: its units are vectors (or single elements of
+// stride 1), so unit w of a run starts w * (unit_bytes / elem_bytes) elements in.
+__host__ __device__ __forceinline__ bool runs_contiguous(const DevJob& j) {
+  return j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
+}
+
 // One unit of a job: `s`/`d` are the run's first element; `w` the unit within the run.
 template <int V>
 __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, int64_t w, unsigned long long* bad,
                                         unsigned long long* first, int job_idx) {
   using T = typename Vec<V>::T;
   const int eb = j.elem_bytes;
-  const bool contiguous = j.unit_bytes != eb || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
+  const bool contiguous = runs_contiguous(j);
   int64_t per = V / eb;  // elements per unit (1 when elementwise)
   int64_t se = contiguous ? s + w * per : s + w * j.inner_src_stride;
   int64_t de = contiguous ? d + w * per : d + w * j.inner_dst_stride;
@@ -107,16 +113,16 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
 
 // A copy of one contiguous run on both sides, moved in whole vector units.
 __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
-  return j.mode == kCopy && j.runs == 1 && (j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1));
+  return j.mode == kCopy && j.runs == 1 && runs_contiguous(j);
 }
 
 // A copy of rows: several runs, one outer loop (the row-parallel column slices, o_proj and
 // down_proj halves), at most 2^31 units. Units [u, end) of the tile, four loads in flight
 // per thread; a unit's run and place in it come from a 32-bit division, so a thread keeps
-// no walking state and the kernel stays under 64 registers (four blocks of 256 per SM).
-// Walked runs with 64-bit state took 96 registers, two blocks per SM, and read an IPC
-// mapping at 50% of a contiguous copy; the same access pattern with 2,048 threads per SM
-// ran at the contiguous rate (bench/gpu/strided_sweep.cu): occupancy, not the pattern.
+// no walking state (48 registers, five blocks of 256 per SM). Through a CUDA IPC mapping
+// these copies still read at 59% of a contiguous copy, as every earlier form of this path
+// did (walked 64-bit state, launch bounds, fields in registers); from local memory they
+// run at the contiguous rate: results/gpu/one-pass/README.md.
 __host__ __device__ __forceinline__ bool is_rows(const DevJob& j) {
   return j.mode == kCopy && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
 }
@@ -125,7 +131,7 @@ template <int V>
 __device__ __forceinline__ void copy_rows(const DevJob& j, int64_t u, int64_t end) {
   using T = typename Vec<V>::T;
   const int64_t eb = j.elem_bytes;
-  const bool contiguous = j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
+  const bool contiguous = runs_contiguous(j);
   const int64_t us = (contiguous ? V / eb : j.inner_src_stride) * eb;  // bytes from unit to unit of a run
   const int64_t ud = (contiguous ? V / eb : j.inner_dst_stride) * eb;
   const int64_t rs = j.src_stride[0] * eb, rd = j.dst_stride[0] * eb;  // bytes from run to run

@@ -304,11 +304,10 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
                            std::to_string(rs->s.inference->world_size()));
     if (o.memory == "cuda") {
       if (!cuda_built()) throw InputError("--memory", "cuda", "this build has no CUDA support");
+      if (const std::string broken = broken_gpu_setup(); !broken.empty())
+        throw InputError("--memory", "cuda", "on " + where_am_i() + ": " + broken);
       if (cuda_device_count() == 0)
-        throw InputError("--memory", "cuda",
-                         (gpus_listed_by_driver() > 0 ? "the driver lists a GPU but CUDA cannot use it on "
-                                                      : "no GPU is visible on ") +
-                             where_am_i() + " (" + cuda_error() + ")");
+        throw InputError("--memory", "cuda", "no GPU is visible on " + where_am_i() + " (" + cuda_error() + ")");
     }
     auto probe_transport = make_transport(rs->transport);  // validates the name
     if (!o.engine.rendezvous.empty()) {

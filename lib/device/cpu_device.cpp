@@ -185,4 +185,11 @@ int gpus_listed_by_driver() {
   return n;
 }
 
+std::string broken_gpu_setup() {
+  if (!cuda_built() || cuda_device_count() > 0) return "";
+  const int listed = gpus_listed_by_driver();
+  if (listed == 0) return "";
+  return std::to_string(listed) + " GPU(s) listed by the driver, but CUDA: " + cuda_error();
+}
+
 }  // namespace shardsync

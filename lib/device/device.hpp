@@ -138,6 +138,8 @@ std::string cuda_error();
 // GPUs the NVIDIA kernel driver lists (/proc/driver/nvidia/gpus, or SHARDSYNC_NVIDIA_GPUS_DIR
 // in the tests of this check): > 0 with cuda_device_count() == 0 is a defect, not a skip.
 int gpus_listed_by_driver();
+// "" unless the driver lists GPUs that CUDA cannot use; then what to say (counts, CUDA's error).
+std::string broken_gpu_setup();
 
 // CPU twins of the device kernels (they define the semantics the GPU kernels match).
 // synth_fill writes the low `elem_bytes` bytes of synth_bits(seed, first + i), i in [0, n).

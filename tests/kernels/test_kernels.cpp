@@ -17,8 +17,7 @@ namespace {
 #define REQUIRE_GPU()                                                                               \
   do {                                                                                              \
     if (!cuda_built()) GTEST_SKIP() << "built without CUDA (SHARDSYNC_CUDA=OFF or no nvcc)";        \
-    if (cuda_device_count() == 0 && gpus_listed_by_driver() > 0)                                     \
-      FAIL() << gpus_listed_by_driver() << " GPU(s) listed by the driver, but CUDA: " << cuda_error(); \
+    if (const std::string broken = broken_gpu_setup(); !broken.empty()) FAIL() << broken;            \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible on this machine (" << cuda_error() << ")"; \
   } while (0)
 
