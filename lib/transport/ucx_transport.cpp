@@ -34,6 +34,13 @@ ucs_status_t wait_request(ucp_worker_h worker, void* req) {
 UcxTransport::UcxTransport() {
   ucp_config_t* config = nullptr;
   UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
+  // UCX widens a CUDA registration to the whole allocation, with the allocation's bounds
+  // from its memory-type cache. That cache learns of allocations through hooks that miss a
+  // statically linked CUDA runtime (ours, and most applications'), so it answers "host" with
+  // no bounds and ucp_mem_map fails on the region [0x0..0x0] (seen with UCX 1.22 on an
+  // H200). Our regions are whole allocations already: register exactly what is asked,
+  // unless the user chose otherwise. A UCX without the option ignores it.
+  if (!getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES")) (void)ucp_config_modify(config, "MEMTYPE_REG_WHOLE_ALLOC_TYPES", "");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG;
@@ -125,6 +132,7 @@ void UcxTransport::bootstrap(MPI_Comm world, const Registration& reg) {
 }
 
 void UcxTransport::map_memory(const Registration& reg) {
+  kind_ = reg.kind;
   landing_ = static_cast<uint8_t*>(reg.landing_base);
   landing_bytes_ = reg.landing_bytes;
   export_base_ = reg.export_base;
@@ -268,7 +276,12 @@ Transport::GetId UcxTransport::get(int peer, size_t remote_offset, size_t local_
   if (!p.rkey || remote_offset + bytes > p.remote_bytes)
     throw Error("ucx transport: get outside rank " + std::to_string(peer) + "'s exported region");
   if (local_offset + bytes > landing_bytes_) throw Error("ucx transport: get outside the landing region");
+  // The landing buffer's handle and memory type come with the request: UCX does not look the
+  // buffer up in its memory-type cache, which does not know CUDA memory (see the constructor).
   ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memh = landing_memh_;
+  param.memory_type = kind_ == MemKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   void* req = ucp_get_nbx(p.ep, landing_ + local_offset, bytes, p.remote_base + remote_offset, p.rkey, &param);
   if (UCS_PTR_IS_ERR(req)) {
     ucs_status_t st = UCS_PTR_STATUS(req);

@@ -68,6 +68,7 @@ class UcxTransport : public Transport {
   ucp_mem_h export_memh_ = nullptr, landing_memh_ = nullptr;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
+  MemKind kind_ = MemKind::kHost;
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;
   std::vector<Peer> peers_;

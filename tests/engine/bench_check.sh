@@ -5,7 +5,8 @@
 # (#wrong = 0). The engines expected are every row of the engine table (`shardsync engines
 # --names`, what bench runs by default), so a new row is tested here without a new test;
 # EXPECT_ENGINES overrides. EXPECT_ONE_PASS=some: every pull row read some bytes from the
-# trainers' weights in one pass (the 1pass column > 0); none: no row did.
+# trainers' weights in one pass (the 1pass column > 0); none: no row did. EXPECT_TRANSPORT:
+# a regex the run's transport line must match (that the transport asked for is the one used).
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -17,6 +18,9 @@ fail() { echo "FAIL: $1"; echo "$out" | tail -40; exit 1; }
 [[ $rc -ne 0 ]] && fail "exit status $rc"
 # Columns by their header name (the header line starts with "#", the rows do not).
 col() { awk -v name="$1" '$1 == "#" && $2 == "engine" { for (i = 2; i <= NF; ++i) if ($i == name) { print i - 1; exit } }' <<<"$out"; }
+if [[ -n "${EXPECT_TRANSPORT:-}" ]]; then
+  grep -qE "^# model .*, transport $EXPECT_TRANSPORT" <<<"$out" || fail "the transport line does not match '$EXPECT_TRANSPORT'"
+fi
 wrong_col=$(col "#wrong"); pass_col=$(col 1pass)
 [[ -n "$wrong_col" && -n "$pass_col" ]] || fail "no #wrong or 1pass column in the table header"
 for e in $engines; do

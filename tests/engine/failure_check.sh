@@ -18,7 +18,12 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 log="$dir/log"
 # Open MPI must not tear the job down when one rank dies (README, failure model).
 mca=(--mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1)
-common=(sync --layout tiny-moe-local -e v3 --warmup 1 --failure-timeout 2 --json "$dir/out.json")
+# FAILURE_CHECK_MEMORY=cuda: the same failures with weights in GPU memory, over UCX (the
+# replacement always uses UCX).
+memory=(--memory "${FAILURE_CHECK_MEMORY:-host}")
+extra=("${memory[@]}")
+[[ "${FAILURE_CHECK_MEMORY:-host}" == cuda ]] && extra+=(--transport ucx)
+common=(sync --layout tiny-moe-local -e v3 --warmup 1 --failure-timeout 2 --json "$dir/out.json" "${extra[@]}")
 
 fail() { echo "FAIL ($mode): $*"; tail -40 "$log"; exit 1; }
 
@@ -82,10 +87,10 @@ case "$mode" in
     for _ in $(seq 1 600); do grep -q "replicas down: 1" "$log" && break; sleep 0.1; done
     grep -q "replicas down: 1" "$log" || { wait "$job"; fail "replica 1 never went down"; }
     # A replacement started with other buffer options is refused, naming the contact file.
-    bad=$(timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --chunk 1M 2>&1)
+    bad=$(timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --chunk 1M "${memory[@]}" 2>&1)
     [[ $? -ne 0 ]] && grep -q "trainer-0.contact: fingerprint: the job runs .*chunk 4194304.*this replacement was started for .*chunk 1048576" <<<"$bad" ||
       { wait "$job"; fail "a mismatched replacement was not refused clearly: $bad"; }
-    timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --json "$dir/join.json" \
+    timeout 60 "$ss" join --layout tiny-moe-local --rank 5 --rendezvous "$dir/rdv" --json "$dir/join.json" "${memory[@]}" \
       >"$dir/join.log" 2>&1
     jrc=$?
     wait "$job"
