@@ -7,14 +7,20 @@
 // (tiles alternate), as one launch for both TP ranks would. Every byte checked after it is
 // timed. One JSON line per case.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep
-//   ./strided_sweep [reps] [GiB] [local|ipc]
+//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep -lcuda
+//   ./strided_sweep [reps] [GiB] [local|ipc|vmm|vmm-local]
 //
 // ipc: the source lives in a child process and is read through a CUDA IPC mapping (the
 // one-pass path), as the kernel bench --ipc reads it; there the strided pieces run at half the
 // contiguous rate, from local memory at the contiguous rate: the question this mode asks.
+// vmm: the child allocates the source with cuMemCreate, exports it as a POSIX file
+// descriptor (sent over a socket), and this process maps it with cuMemMap at the
+// allocation's granularity: the other way to read another process's memory. vmm-local: the
+// same allocation made and mapped in this process (VMM without a second process).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -106,14 +113,138 @@ __global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_
   }
 }
 
+#define CU(x)                                                                        \
+  do {                                                                               \
+    CUresult r_ = (x);                                                               \
+    if (r_ != CUDA_SUCCESS) {                                                        \
+      const char* m_ = "?";                                                          \
+      cuGetErrorString(r_, &m_);                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, m_);            \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+// Device 0's VMM allocation properties, exportable as a POSIX file descriptor.
+CUmemAllocationProp vmm_prop() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+// Maps `handle` (bytes, a multiple of the granularity) read-write for device 0.
+void* vmm_map(CUmemGenericAllocationHandle handle, size_t bytes, size_t granularity) {
+  CUdeviceptr va = 0;
+  CU(cuMemAddressReserve(&va, bytes, granularity, 0, 0));
+  CU(cuMemMap(va, bytes, 0, handle, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(cuMemSetAccess(va, bytes, &access, 1));
+  return reinterpret_cast<void*>(va);
+}
+
+size_t vmm_granularity() {
+  CUmemAllocationProp prop = vmm_prop();
+  size_t g = 0;
+  CU(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  return g;
+}
+
+void send_fd(int sock, int fd) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof ctl;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  if (sendmsg(sock, &msg, 0) != 1) _exit(1);
+}
+
+int recv_fd(int sock) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof ctl;
+  if (recvmsg(sock, &msg, 0) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int64_t moved = int64_t(argc > 2 ? std::atoi(argv[2]) : 1) << 30, src_bytes = 4 * moved;
-  const bool ipc = argc > 3 && std::string(argv[3]) == "ipc";
+  const std::string mode = argc > 3 ? argv[3] : "local";
+  if (mode != "local" && mode != "ipc" && mode != "vmm" && mode != "vmm-local") {
+    std::fprintf(stderr, "strided_sweep: mode %s: expected local, ipc, vmm or vmm-local\n", mode.c_str());
+    return 2;
+  }
+  const bool ipc = mode == "ipc", vmm = mode == "vmm", vmm_local = mode == "vmm-local";
   uint4 *s = nullptr, *d = nullptr;
   int to_parent[2] = {-1, -1}, to_child[2] = {-1, -1};
   pid_t child = -1;
-  if (ipc) {  // the source in another process, read through a CUDA IPC mapping (fork before CUDA)
+  if (vmm) {  // the source in another process, exported as a file descriptor (fork before CUDA)
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 1;
+    child = fork();
+    if (child < 0) return 1;
+    if (child == 0) {
+      close(sv[0]);
+      CK(cudaSetDevice(0));
+      CK(cudaFree(nullptr));  // the primary context, current
+      const size_t g = vmm_granularity();
+      CUmemAllocationProp prop = vmm_prop();
+      CUmemGenericAllocationHandle h;
+      CU(cuMemCreate(&h, size_t(src_bytes), &prop, 0));
+      uint4* src = static_cast<uint4*>(vmm_map(h, size_t(src_bytes), g));
+      fill<<<2048, 256>>>(src, src_bytes / 16);
+      CK(cudaDeviceSynchronize());
+      int fd = -1;
+      CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      send_fd(sv[1], fd);
+      char c;
+      _exit(read(sv[1], &c, 1) < 0 ? 1 : 0);  // EOF: the parent is done
+    }
+    close(sv[1]);
+    to_child[1] = sv[0];
+    const int fd = recv_fd(sv[0]);
+    if (fd < 0) {
+      std::fprintf(stderr, "strided_sweep: the source process sent no file descriptor\n");
+      return 1;
+    }
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));
+    CUmemGenericAllocationHandle h;
+    CU(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t(fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    s = static_cast<uint4*>(vmm_map(h, size_t(src_bytes), vmm_granularity()));
+  } else if (vmm_local) {
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));
+    CUmemAllocationProp prop = vmm_prop();
+    CUmemGenericAllocationHandle h;
+    CU(cuMemCreate(&h, size_t(src_bytes), &prop, 0));
+    s = static_cast<uint4*>(vmm_map(h, size_t(src_bytes), vmm_granularity()));
+    fill<<<2048, 256>>>(s, src_bytes / 16);
+    CK(cudaDeviceSynchronize());
+  } else if (ipc) {  // the source in another process, read through a CUDA IPC mapping (fork before CUDA)
     if (pipe(to_parent) || pipe(to_child)) return 1;
     child = fork();
     if (child < 0) return 1;
@@ -201,12 +332,12 @@ int main(int argc, char** argv) {
         "{\"source\": \"%s\", \"case\": \"%s\", \"stride\": %lld, \"run\": %lld, \"bytes\": %lld, "
         "\"time_s\": %.6e, "
         "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
-        ipc ? "ipc" : "local", c.name, (long long)c.stride, (long long)c.run, (long long)moved, t,
+        mode.c_str(), c.name, (long long)c.stride, (long long)c.run, (long long)moved, t,
         moved / t / 1e9, wrong);
   }
   std::printf("{\"failures\": %d}\n", failures);
-  if (ipc) {
-    CK(cudaIpcCloseMemHandle(s));
+  if (ipc) CK(cudaIpcCloseMemHandle(s));
+  if (ipc || vmm) {
     close(to_child[1]);
     int st = 0;
     waitpid(child, &st, 0);
