@@ -8,7 +8,7 @@
 #   tcp        UCX_TLS=tcp,cuda_copy (no GPUDirect RDMA: staged through host memory)
 #
 #   UCX_PREFIX=.carry/ucx/libucx OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/ucx-cuda.sh
-# CTEST=0 leaves the tests out; BENCH=0 the benchmarks.
+# CTEST=0 leaves the tests out (CTEST_REGEX picks some); BENCH=0 the benchmarks; BIG=1 adds Qwen3-8B.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/ucx-cuda}"
@@ -36,22 +36,26 @@ fi
 [[ "${BENCH:-1}" == 1 ]] || exit 0
 
 # One model per pair of runs, CUDA IPC first; every engine, every byte verified.
-run() {  # name np env... -- bench args...
+run() {  # name np env... -- bench args...; SYNCS timed syncs (default 3)
   local name="$1" np="$2"; shift 2
   local env=()
   while [[ "$1" != -- ]]; do env+=(-x "$1"); shift; done
   shift
   step "$name" 600 mpirun -np "$np" --bind-to none -x LD_LIBRARY_PATH "${env[@]}" $SS bench --memory cuda \
-    --syncs 3 --warmup 1 -q --json "$OUT/$name.json" "$@"
+    --syncs "${SYNCS:-3}" --warmup 1 -q --json "$OUT/$name.json" "$@"
   grep -E "^# model .*transport|^  [a-z0-9]+ +[0-9]+ " "$LOGS/$name.log" | tee -a "$SUM"
 }
+# Qwen3-0.6B by default: on one GPU, UCX 1.22 reads CUDA memory by software-emulated RMA over
+# shared memory (about 1 GB/s), so Qwen3-8B takes minutes per engine; BIG=1 adds it.
+small=(--send-buffer 256M --recv-buffer 256M --chunk 128M)
+run qwen3-0.6b-tp1-tp1-cuda_ipc 2 -- -m qwen3-0.6b -t tp1 -i tp1 --transport cuda_ipc --measure-link 3 "${small[@]}"
+run qwen3-0.6b-tp1-tp1-ucx 2 -- -m qwen3-0.6b -t tp1 -i tp1 --transport ucx --measure-link 3 "${small[@]}"
+run qwen3-0.6b-tp1-tp1-ucx-tcp 2 UCX_TLS=tcp,cuda_copy -- -m qwen3-0.6b -t tp1 -i tp1 --transport ucx --measure-link 3 "${small[@]}"
+# Three ranks on two pretend hosts: trainer and inference rank 0 on one, inference rank 1 on
+# the other (its pulls go through UCX on GPU memory).
+run qwen3-0.6b-tp1-tp2-cuda_ipc 3 -- -m qwen3-0.6b -t tp1 -i tp2 --transport cuda_ipc "${small[@]}"
+run qwen3-0.6b-tp1-tp2-hosts 3 SHARDSYNC_FAKE_HOSTS=2 -- -m qwen3-0.6b -t tp1 -i tp2 --transport cuda_ipc+ucx "${small[@]}"
+[[ "${BIG:-0}" == 1 ]] || exit 0
 big=(--send-buffer 1G --recv-buffer 1G --chunk 256M --bucket 1G)
 run qwen3-8b-tp1-tp1-cuda_ipc 2 -- -m qwen3-8b -t tp1 -i tp1 --transport cuda_ipc --measure-link 10 "${big[@]}"
 run qwen3-8b-tp1-tp1-ucx 2 -- -m qwen3-8b -t tp1 -i tp1 --transport ucx --measure-link 10 "${big[@]}"
-# Three ranks on two pretend hosts: trainer and inference rank 0 on one, inference rank 1 on
-# the other (its pulls go through UCX on GPU memory).
-run qwen3-8b-tp1-tp2-cuda_ipc 3 -- -m qwen3-8b -t tp1 -i tp2 --transport cuda_ipc "${big[@]}"
-run qwen3-8b-tp1-tp2-hosts 3 SHARDSYNC_FAKE_HOSTS=2 -- -m qwen3-8b -t tp1 -i tp2 --transport cuda_ipc+ucx "${big[@]}"
-# Staged through host memory over TCP: a smaller model (loopback TCP moves a few GB/s).
-run qwen3-0.6b-tp1-tp1-cuda_ipc 2 -- -m qwen3-0.6b -t tp1 -i tp1 --transport cuda_ipc --measure-link 10
-run qwen3-0.6b-tp1-tp1-ucx-tcp 2 UCX_TLS=tcp,cuda_copy -- -m qwen3-0.6b -t tp1 -i tp1 --transport ucx --measure-link 10
