@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 20
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
 UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps deps-slurm configure build run test test-main test-asan test-tsan test-fuzz test-slurm perf-check perf-calibrate clean format
+.PHONY: all deps deps-slurm configure build stamp run test test-main test-asan test-tsan test-fuzz test-slurm perf-check perf-calibrate clean format
 
 all: build
 
@@ -31,6 +31,12 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Before copying the tree somewhere without its .git (a GPU host, a cluster's scratch): the
+# commit a build of the copy records (cmake/GitSha.cmake reads .shardsync-commit there).
+stamp:
+	@sha=$$(git rev-parse --short=12 HEAD) && { git diff --quiet HEAD -- || sha="$$sha-dirty"; } && \
+	  echo "$$sha" > .shardsync-commit && echo ".shardsync-commit: $$sha"
 
 # The main job on the embedded default: the bundled tiny MoE model on 6 local ranks (2
 # trainer ranks TP2/EP2 -> 2 inference replicas of DP2/EP2): record the plans, then compare

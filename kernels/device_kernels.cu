@@ -608,6 +608,21 @@ std::string cuda_error() {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
+std::vector<std::pair<std::string, std::string>> cuda_versions() {
+  auto dotted = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  int rt = 0, drv = 0;
+  std::vector<std::pair<std::string, std::string>> out;
+  out.emplace_back("cuda_runtime", cudaRuntimeGetVersion(&rt) == cudaSuccess ? dotted(rt) : "?");
+  out.emplace_back("cuda_driver", cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0 ? dotted(drv) : "none");
+  cudaDeviceProp prop{};
+  if (cuda_device_count() > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+    out.emplace_back("gpu", prop.name);
+  else
+    out.emplace_back("gpu", "none");
+  cudaGetLastError();
+  return out;
+}
+
 bool cuda_built() { return true; }
 
 }  // namespace shardsync

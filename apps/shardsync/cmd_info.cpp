@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "engine/collectives.hpp"
 #include "device/device.hpp"
+#include "report/result.hpp"
 #include "transport/transport.hpp"
 
 namespace shardsync {
@@ -17,10 +18,9 @@ void setup_info_command(CLI::App& app) {
   info->callback([] {
     std::string transports;
     for (const auto& t : transport_registry()) transports += (transports.empty() ? "" : ",") + t.name;
-    unsigned maj = 0, min = 0, rel = 0;
-    H5get_libversion(&maj, &min, &rel);
     int gpus = cuda_device_count();
     std::cout << "version 0.1.0\n"
+              << "commit " << build_commit() << "\n"
               << "cuda " << (cuda_built() ? "yes" : "no") << "\n"
               << "nccl " << (nccl_built() ? "yes" : "no") << "\n"
               << "transports " << transports << "\n"
@@ -31,7 +31,7 @@ void setup_info_command(CLI::App& app) {
       std::cout << "driver_gpus " << gpus_listed_by_driver() << "\n";
     }
     for (int g = 0; g < gpus; ++g) std::cout << "gpu" << g << " " << make_cuda_device(g)->describe() << "\n";
-    std::cout << "hdf5 " << maj << "." << min << "." << rel << "\n";
+    for (const auto& [name, version] : library_versions()) std::cout << name << " " << version << "\n";
   });
 }
 

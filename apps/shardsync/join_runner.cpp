@@ -16,6 +16,7 @@ namespace shardsync {
 int run_join(const JoinOptions& jo, int argc, char** argv) {
   const SyncRunOptions& o = jo.run;
   if (o.engine.rendezvous.empty()) throw InputError("--rendezvous", "", "required: the job's rendezvous directory");
+  o.engine.check_sizes();
   ResolvedSetup s = resolve_setup(o.setup);
   World w = World::replacement(jo.rank, *s.trainer, *s.inference);
   if (!o.json_out.empty()) {

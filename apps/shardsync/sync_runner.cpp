@@ -293,6 +293,7 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
   try {
     if (rs->transport == "auto") rs->transport = choose_transport(rs->engine.memory, one_node);
     rs->engine.transport = rs->transport;
+    rs->engine.check_sizes();
     rs->s = resolve_setup(o.setup);
     int need = rs->s.trainer->world_size() + rs->s.inference->world_size();
     if (size != need)

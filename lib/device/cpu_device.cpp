@@ -1,9 +1,11 @@
 // The CPU twin of the device: host memory, synchronous main lane, a background thread for
 // the background lane.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <sys/mman.h>
 
@@ -91,6 +93,17 @@ int slow_copy_factor() {
   return k;
 }
 
+// Test hook: SHARDSYNC_TEST_SLOW_BACKGROUND_MS=N delays every task of the background lane by
+// N ms (a lagging process-and-copy lane, whose buffers must stay counted as staged until it
+// got to them; tests/engine).
+int slow_background_ms() {
+  static const int ms = [] {
+    const char* v = std::getenv("SHARDSYNC_TEST_SLOW_BACKGROUND_MS");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return ms;
+}
+
 class CpuDevice : public Device {
   static constexpr size_t kHugePage = size_t(2) << 20;
   static constexpr int64_t kHugeFrom = int64_t(4) << 20;
@@ -151,7 +164,8 @@ class CpuDevice : public Device {
       return;
     }
     ++submitted_;
-    bg_.submit([this, g = std::forward<F>(f)]() mutable {
+    bg_.submit([this, g = std::forward<F>(f), delay = slow_background_ms()]() mutable {
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
       g();
       ++completed_;
     });
@@ -173,6 +187,7 @@ std::unique_ptr<Device> make_cuda_device(int) {
 int cuda_device_count() { return 0; }
 bool cuda_built() { return false; }
 std::string cuda_error() { return ""; }
+std::vector<std::pair<std::string, std::string>> cuda_versions() { return {}; }
 #endif
 
 int gpus_listed_by_driver() {

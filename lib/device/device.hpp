@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/view.hpp"
@@ -135,6 +136,9 @@ bool cuda_built();
 // Why CUDA sees no GPU: the runtime's error ("" when it counts one or more, or the build has
 // no CUDA). With gpus_listed_by_driver(), tells a missing GPU from a broken CUDA.
 std::string cuda_error();
+// The CUDA runtime and driver versions and GPU 0's name ("cuda_runtime", "cuda_driver",
+// "gpu"); empty in a build without CUDA.
+std::vector<std::pair<std::string, std::string>> cuda_versions();
 // GPUs the NVIDIA kernel driver lists (/proc/driver/nvidia/gpus, or SHARDSYNC_NVIDIA_GPUS_DIR
 // in the tests of this check): > 0 with cuda_device_count() == 0 is a defect, not a skip.
 int gpus_listed_by_driver();

@@ -231,6 +231,7 @@ std::unique_ptr<GroupComm> make_group_comm(MPI_Comm comm, Device& device, uint8_
 #ifndef SHARDSYNC_HAVE_NCCL
 std::unique_ptr<GroupComm> make_nccl_group(MPI_Comm, Device&) { return nullptr; }
 bool nccl_built() { return false; }
+std::string nccl_version() { return ""; }
 #endif
 
 }  // namespace shardsync

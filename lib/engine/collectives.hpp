@@ -56,5 +56,6 @@ std::unique_ptr<GroupComm> make_mpi_group(MPI_Comm comm, Device* staging_device)
 // NCCL (only in CUDA builds with NCCL); null when unavailable.
 std::unique_ptr<GroupComm> make_nccl_group(MPI_Comm comm, Device& device);
 bool nccl_built();
+std::string nccl_version();  // "" in a build without NCCL
 
 }  // namespace shardsync

@@ -120,7 +120,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     Lane lane = background ? Lane::kBackground : Lane::kMain;
     if (background) device->after(Lane::kBackground, device->fence(Lane::kMain));
     device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size(), lane);
-    meter.sub(buf.size());
+    // The buffer stays staged until that copy completed (reclaim), not merely queued.
     buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
   };
 
@@ -178,6 +178,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       any = true;
     }
     while (!buffer_free.empty() && device->done(buffer_free.front().fence)) {
+      meter.sub(buffer_free.front().buffer.size());
       consumer_side.layerwise_pool.give(std::move(buffer_free.front().buffer));
       buffer_free.pop_front();
       any = true;
@@ -185,7 +186,8 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     return any;
   };
 
-  OnePassReads direct(*this, sched);
+  BusyTime transfer;  // wall time with a read in flight, packed or one pass
+  OnePassReads direct(*this, sched, transfer);
   double idle_since = -1;
   IdleBackoff backoff;
   while (chunks_left > 0 || !direct.done()) {
@@ -210,13 +212,14 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       if (!off) break;
       Transport::GetId id = transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
       gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, now_s()});
+      transfer.begin(gets.at(id).posted);
       ++st.gets;
       readies.pop_front();
       progressed = true;
     }
     for (auto it = gets.begin(); it != gets.end();) {
       if (transport->test(it->first)) {
-        st.transfer_s += now_s() - it->second.posted;
+        transfer.end(now_s());
         land(it->second);
         it = gets.erase(it);
         progressed = true;
@@ -260,6 +263,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     device->from_host(direct.first_dst(), &b, 1);
   }
   st.total_s = now_s() - t0;
+  st.transfer_s = transfer.total();
   st.peak_staging_bytes = meter.peak();
   if (opt.verify) verify(version, st);
   return st;

@@ -60,6 +60,9 @@ struct SyncOptions {
   double stall_timeout_s = 120.0;
 
   int64_t effective_chunk_bytes() const;
+  // Throws InputError naming the option, the value and the range for a size out of range (a
+  // zero chunk, a buffer too small to hold one): refused, never silently clamped.
+  void check_sizes() const;
 };
 
 // Ranks 0..T-1 train, the rest serve inference; communicators built once at start-up.

@@ -12,6 +12,20 @@ int64_t SyncOptions::effective_chunk_bytes() const {
   return std::max<int64_t>(16, std::min({chunk_bytes, send_buffer_bytes / 2, recv_buffer_bytes / 2}) & ~int64_t(15));
 }
 
+void SyncOptions::check_sizes() const {
+  constexpr int64_t kTiB = int64_t(1) << 40;
+  auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi, const char* what) {
+    if (v < lo || v > hi)
+      throw InputError(flag, std::to_string(v), std::string("expected ") + fmt_human_bytes(lo) + " to " +
+                                                    fmt_human_bytes(hi) + " (" + what + ")");
+  };
+  in_range("--send-buffer", send_buffer_bytes, 4 << 10, kTiB, "the trainer's registered send buffer");
+  in_range("--recv-buffer", recv_buffer_bytes, 4 << 10, kTiB, "the inference rank's registered receive buffer");
+  in_range("--chunk", chunk_bytes, 1 << 10, kTiB, "the largest packed chunk; capped at half of each buffer");
+  in_range("--bucket", bucket_bytes, 4 << 10, kTiB, "the broadcast bucket");
+  in_range("--min-get", min_get_bytes, 0, kTiB, "pieces smaller than this stay packed");
+}
+
 Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
                     const std::vector<RankPlan>& p, const SyncOptions& o)
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {

@@ -130,7 +130,8 @@ struct RejoinState {
 // keep-alive every second, so a long read is not taken for a dead consumer.
 class OnePassReads {
  public:
-  OnePassReads(Engines::Impl& m, const ConsumerSchedule& s);
+  // Reads in flight count into `busy` (the consumer's transfer time).
+  OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy);
   // Posts and completes reads; `landed` runs after each completion (test hooks). True when
   // anything happened.
   template <class F>
@@ -155,6 +156,7 @@ class OnePassReads {
   void keep_alive(RankStats& st);
   void finished(int trainer, RankStats& st);
   Engines::Impl& m_;
+  BusyTime& busy_;
   std::deque<Get> queue_;
   std::map<int64_t, Get> in_flight_;          // by transport get id
   std::map<int, int64_t> left_;               // trainer -> bytes not yet read

@@ -111,4 +111,10 @@ std::unique_ptr<GroupComm> make_nccl_group(MPI_Comm comm, Device& device) {
 
 bool nccl_built() { return true; }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "?";
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 }  // namespace shardsync

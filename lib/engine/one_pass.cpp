@@ -10,7 +10,7 @@ constexpr size_t kMaxGetsInFlight = 16;
 constexpr double kKeepAliveS = 1.0;
 }  // namespace
 
-OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s) : m_(m) {
+OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy) : m_(m), busy_(busy) {
   last_keep_alive_ = now_s();
   const ConsumerSide& cs = m.consumer_side;
   for (const auto& [t, pieces] : s.direct) {
@@ -47,6 +47,7 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s) : m_(m) 
       const double t0 = now_s();
       m.device->copy(jobs);
       launched_[t] = {m.device->fence(Lane::kMain), t0};
+      busy_.begin(t0);
     }
   }
 }
@@ -57,6 +58,7 @@ bool OnePassReads::post(RankStats& st) {
     Get g = queue_.front();
     queue_.pop_front();
     g.posted = now_s();
+    busy_.begin(g.posted);
     in_flight_.emplace(m_.transport->get(g.trainer, size_t(g.remote), size_t(g.local), size_t(g.bytes)), g);
     ++st.gets;
     any = true;
@@ -73,7 +75,7 @@ bool OnePassReads::complete(RankStats& st, const std::function<void()>& landed) 
     }
     const Get g = it->second;
     it = in_flight_.erase(it);
-    st.transfer_s += now_s() - g.posted;
+    busy_.end(now_s());
     st.bytes_in += g.bytes;
     st.one_pass_bytes += g.bytes;
     any = true;
@@ -86,7 +88,7 @@ bool OnePassReads::complete(RankStats& st, const std::function<void()>& landed) 
       continue;
     }
     const int t = it->first;
-    st.transfer_s += now_s() - it->second.second;
+    busy_.end(now_s());
     st.bytes_in += left_.at(t);
     st.one_pass_bytes += left_.at(t);
     it = launched_.erase(it);

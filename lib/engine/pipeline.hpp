@@ -77,6 +77,23 @@ class StagingMeter {
   std::atomic<int64_t> cur_{0}, peak_{0};
 };
 
+// Wall time during which at least one read was in flight (the consumer's transfer column):
+// overlapping reads count once, so it never exceeds the sync's time.
+class BusyTime {
+ public:
+  void begin(double t) {
+    if (in_flight_++ == 0) since_ = t;
+  }
+  void end(double t) {
+    if (--in_flight_ == 0) total_ += t - since_;
+  }
+  double total() const { return total_; }
+
+ private:
+  int64_t in_flight_ = 0;
+  double since_ = 0, total_ = 0;
+};
+
 // First-fit allocator over a byte range (send and receive buffers).
 class RangeAllocator {
  public:

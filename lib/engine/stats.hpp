@@ -14,7 +14,7 @@ struct RankStats {
   double total_s = 0;      // START (consumer) or trainer barrier, to weights live / units released
   double gather_s = 0;
   double pack_s = 0;
-  double transfer_s = 0;   // consumer: get posted -> landed, summed; broadcast: time in MPI_Bcast
+  double transfer_s = 0;   // consumer: wall time with a read in flight (overlaps once); broadcast: time in MPI_Bcast
   double wait_s = 0;       // idle waiting for data or buffer space
   double process_s = 0;    // unpack into the layerwise buffer + process + copy into live weights
   double verify_s = 0;

@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <map>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <ostream>
 
 #include "common/table.hpp"
+#include "device/device.hpp"
+#include "engine/collectives.hpp"
+#include "transport/transport.hpp"
 
 #include "git_sha.hpp"  // SHARDSYNC_GIT_SHA, written at build time (cmake/GitSha.cmake)
 
@@ -192,6 +196,28 @@ std::vector<double> replica_completion(const EngineRun& run, int first_inference
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> library_versions() {
+  std::vector<std::pair<std::string, std::string>> v;
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int n = 0;
+  MPI_Get_library_version(mpi, &n);
+  std::string m(mpi, strnlen(mpi, size_t(std::max(n, 0))));  // some MPIs count the NUL in n
+  if (auto p = m.find('\n'); p != std::string::npos) m.resize(p);
+  v.emplace_back("mpi", m);
+  unsigned maj = 0, min = 0, rel = 0;
+  H5get_libversion(&maj, &min, &rel);
+  v.emplace_back("hdf5", std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel));
+  v.emplace_back("compiler", __VERSION__);
+  v.emplace_back("ucx", ucx_version().empty() ? "not built" : ucx_version());
+  v.emplace_back("nccl", nccl_version().empty() ? "not built" : nccl_version());
+  const auto cuda = cuda_versions();
+  if (cuda.empty()) v.emplace_back("cuda_runtime", "not built");
+  v.insert(v.end(), cuda.begin(), cuda.end());
+  return v;
+}
+
+std::string build_commit() { return SHARDSYNC_GIT_SHA; }
+
 nlohmann::json provenance(int argc, char** argv) {
   nlohmann::json j;
   j["schema_version"] = 1;
@@ -207,15 +233,8 @@ nlohmann::json provenance(int argc, char** argv) {
   char ts[64];
   std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   j["date_utc"] = ts;
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
-  int n = 0;
-  MPI_Get_library_version(mpi, &n);
-  std::string m(mpi, size_t(n));
-  if (auto p = m.find('\n'); p != std::string::npos) m.resize(p);
-  unsigned maj = 0, min = 0, rel = 0;
-  H5get_libversion(&maj, &min, &rel);
-  j["libraries"] = {{"mpi", m}, {"hdf5", std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel)},
-                    {"compiler", __VERSION__}};
+  j["libraries"] = nlohmann::json::object();
+  for (const auto& [name, version] : library_versions()) j["libraries"][name] = version;
   return j;
 }
 

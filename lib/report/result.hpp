@@ -4,6 +4,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +52,11 @@ nlohmann::json run_json(const EngineRun& run);
 std::vector<double> replica_completion(const EngineRun& run, int first_inference_rank);
 
 // Provenance common to every result file.
+// Name and version of every library the build uses (MPI, HDF5, compiler, UCX, NCCL, the CUDA
+// runtime and driver) and GPU 0's model: the JSON's "libraries", `shardsync info`'s lines.
+std::vector<std::pair<std::string, std::string>> library_versions();
+// The project commit this binary was built from (cmake/GitSha.cmake), "unknown" when none.
+std::string build_commit();
 nlohmann::json provenance(int argc, char** argv);
 
 }  // namespace shardsync

@@ -32,6 +32,16 @@ const std::vector<TransportInfo>& transport_registry() {
 }
 
 
+std::string ucx_version() {
+#ifdef SHARDSYNC_HAVE_UCX
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+#else
+  return "";
+#endif
+}
+
 std::string choose_transport(MemKind memory, bool one_node) {
   auto moves = [&](const TransportInfo& t) {
     return std::find(t.memory.begin(), t.memory.end(), memory) != t.memory.end();

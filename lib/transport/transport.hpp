@@ -142,6 +142,8 @@ struct TransportInfo {
   bool maps_peer_memory = false;   // reads the peer's memory directly (a mapping, no NIC)
 };
 const std::vector<TransportInfo>& transport_registry();
+// The UCX library's version (ucp_get_version); "" in a build without UCX.
+std::string ucx_version();
 // --transport auto: per peer pair, within a node the first transport that maps the peer's
 // memory of `memory` (CUDA IPC for GPU memory), else the first that moves it; across nodes
 // the first that reaches other nodes and moves it. One name, or "LOCAL+REMOTE" where the

@@ -21,7 +21,7 @@ col() { awk -v name="$1" '$1 == "#" && $2 == "engine" { for (i = 2; i <= NF; ++i
 if [[ -n "${EXPECT_TRANSPORT:-}" ]]; then
   grep -qE "^# model .*, transport $EXPECT_TRANSPORT" <<<"$out" || fail "the transport line does not match '$EXPECT_TRANSPORT'"
 fi
-wrong_col=$(col "#wrong"); pass_col=$(col 1pass)
+wrong_col=$(col "#wrong"); pass_col=$(col 1pass); max_col=$(col max); transfer_col=$(col transfer)
 [[ -n "$wrong_col" && -n "$pass_col" ]] || fail "no #wrong or 1pass column in the table header"
 for e in $engines; do
   row=$(awk -v e="$e" '$1 == e' <<<"$out")
@@ -31,6 +31,9 @@ for e in $engines; do
   one_pass=$(awk -v c="$pass_col" '{print $c}' <<<"$row")
   [[ "$syncs" -ge 2 ]] || fail "engine $e ran $syncs timed syncs"
   [[ "$wrong" == 0 ]] || fail "engine $e: $wrong wrong elements"
+  # Each time column is a part of the sync's time: reads in flight together count once.
+  awk -v t="$(awk -v c="$transfer_col" '{print $c}' <<<"$row")" -v m="$(awk -v c="$max_col" '{print $c}' <<<"$row")" \
+    'BEGIN { exit !(t <= m + 1e-6) }' || fail "engine $e: transfer exceeds the slowest sync's time"
   case "${EXPECT_ONE_PASS:-}:$e" in
     some:broadcast | :*) ;;
     some:*) awk -v x="$one_pass" 'BEGIN { exit !(x + 0 > 0) }' || fail "engine $e read nothing in one pass (1pass $one_pass)" ;;

@@ -1,7 +1,9 @@
 // The threaded part of the V3 pipeline, as the consumer drives it: copies into layerwise
 // buffers on the main lane, process + copy into live weights on the background lane
 // (a thread on CPUs) ordered by fences, buffers back to the pool once their fence passed.
-// Built and run under ThreadSanitizer by `make test` (build-tsan).
+// Built and run under ThreadSanitizer by `make test` (build-tsan). What the consumer counts as
+// staged while the background lane works is checked on the real engine
+// (mpi.staging_peak_layerwise).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,7 +24,6 @@ TEST(Pipeline, BackgroundLaneProcessAndCopy) {
   std::mt19937 rng(1);
   for (auto& b : src) b = uint8_t(rng());
   BufferPool pool(dev.get());
-  StagingMeter meter;
   struct Pending {
     Fence fence;
     DeviceBuffer buf;
@@ -31,12 +32,10 @@ TEST(Pipeline, BackgroundLaneProcessAndCopy) {
   for (int round = 0; round < 3; ++round) {
     for (int g = 0; g < groups; ++g) {
       DeviceBuffer buf = pool.take(bytes);
-      meter.add(bytes);
       CopyDesc d = make_pack_desc(SubView::contiguous({bytes}), 0);
       dev->copy({CopyJob{src.data() + g * bytes, buf.data(), d, 1}});  // unpack: main lane
       dev->after(Lane::kBackground, dev->fence(Lane::kMain));
       dev->memcpy(live.data() + g * bytes, buf.data(), bytes, Lane::kBackground);  // process + copy
-      meter.sub(bytes);
       pending.push_back(Pending{dev->fence(Lane::kBackground), std::move(buf)});
       while (!pending.empty() && dev->done(pending.front().fence)) {
         pool.give(std::move(pending.front().buf));
@@ -49,7 +48,6 @@ TEST(Pipeline, BackgroundLaneProcessAndCopy) {
     EXPECT_EQ(std::memcmp(live.data(), src.data(), src.size()), 0) << "round " << round;
     std::fill(live.begin(), live.end(), 0);
   }
-  EXPECT_LE(meter.peak(), bytes);
 }
 
 TEST(Pipeline, WorkerRunsTasksInOrder) {

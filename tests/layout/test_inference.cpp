@@ -104,6 +104,7 @@ TEST(InferenceLayout, BadLayoutsAreRejected) {
   EXPECT_THROW(InferencePlacement(d, spec("tp2,ep2")), InputError);
   try {
     InferencePlacement(m, spec("tp3"));
+    FAIL() << "tp3 was accepted for 64 heads";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("num_attention_heads"), std::string::npos) << e.what();
   }

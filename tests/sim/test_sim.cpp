@@ -132,6 +132,7 @@ TEST(Sim, BadClusterFilesAreRefused) {
   EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
   try {
     parse_cluster_json("{\"gpus_per_node\": 8, \"nvlink_gbps\": 0}", "c.json", "c");
+    FAIL() << "nvlink_gbps 0 was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("c.json: field 'nvlink_gbps'"), std::string::npos) << e.what();
   }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# git_sha.sh GITSHA_CMAKE: the commit a build records (cmake/GitSha.cmake), in each case:
+# its own repository (clean, then with a tracked file changed: -dirty), a copy inside another
+# repository without its own .git (never the enclosing repository's commit: "unknown", or
+# the commit in .shardsync-commit when the copying script wrote one), SHARDSYNC_COMMIT.
+set -u
+script="$1"
+unset SHARDSYNC_COMMIT
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+recorded() {  # SRC: the commit a build of SRC records
+  rm -f "$d/out.h"
+  cmake -DSRC="$1" -DOUT="$d/out.h" -P "$script" || fail "cmake -P failed for $1"
+  sed -E 's/^#define SHARDSYNC_GIT_SHA "(.*)"$/\1/' "$d/out.h"
+}
+git() { command git -c user.name=t -c user.email=t@t -c init.defaultBranch=main "$@"; }
+mkdir -p "$d/own" && (cd "$d/own" && git init -q && echo a > f && git add f && git commit -qm one) || fail "git setup"
+own=$(cd "$d/own" && git rev-parse --short=12 HEAD)
+got=$(recorded "$d/own")
+[[ "$got" == "$own" ]] || fail "own clean repository: recorded '$got', expected '$own'"
+echo b > "$d/own/f"
+got=$(recorded "$d/own")
+[[ "$got" == "$own-dirty" ]] || fail "own repository with a change: recorded '$got', expected '$own-dirty'"
+# A copy of the tree inside the enclosing repository, without a .git of its own.
+mkdir -p "$d/own/copy" && echo x > "$d/own/copy/CMakeLists.txt"
+got=$(recorded "$d/own/copy")
+[[ "$got" == unknown ]] || fail "copy inside another repository: recorded '$got', expected 'unknown' (not the enclosing $own)"
+echo "abc123def456" > "$d/own/copy/.shardsync-commit"
+got=$(recorded "$d/own/copy")
+[[ "$got" == abc123def456 ]] || fail "copy with .shardsync-commit: recorded '$got', expected 'abc123def456'"
+got=$(SHARDSYNC_COMMIT=feedface recorded "$d/own/copy")
+[[ "$got" == feedface ]] || fail "SHARDSYNC_COMMIT: recorded '$got', expected 'feedface'"
+echo "ok: own clean $own, own changed $own-dirty, copy unknown, copy stamped, SHARDSYNC_COMMIT"
