@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 20
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
 UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps deps-slurm configure build stamp run test test-main test-asan test-tsan test-fuzz test-slurm perf-check perf-calibrate clean format
+.PHONY: all deps deps-slurm configure build stamp run test test-main test-asan test-tsan test-fuzz fuzz-build fuzz-long chaos test-slurm perf-check perf-calibrate clean format
 
 all: build
 
@@ -71,16 +71,29 @@ test-tsan: deps
 	cmake --build build-tsan -j $(JOBS) --target test_pipeline
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_pipeline
 
-test-fuzz: deps
+fuzz-build: deps
 	@cmake -S . -B build-fuzz $(SAN_FLAGS) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHARDSYNC_FUZZ=ON \
 	  -DSHARDSYNC_WERROR=OFF -DSHARDSYNC_BUILD_TESTS=OFF -DSHARDSYNC_SANITIZE=address,undefined \
 	  >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_config fuzz_plan_file
 	mkdir -p build-fuzz/corpus/config build-fuzz/corpus/plan
+
+test-fuzz: fuzz-build
 	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_model_config -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  build-fuzz/corpus/config tests/fuzz/corpus/config
 	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_plan_file -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  build-fuzz/corpus/plan tests/fuzz/corpus/plan
+
+# Longer fuzzing (not part of make test): each fuzzer FUZZ_SECONDS (default 600), summary in
+# build-fuzz/fuzz-long.txt.
+fuzz-long: fuzz-build
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz-long.sh
+
+# Chaos (not part of make test): CHAOS_TRIALS (default 50) kills of a random inference rank at a
+# random point, across engines, with and without a replacement (scripts/chaos.py --help);
+# summary in $(BUILD_DIR)/chaos/summary.txt.
+chaos: build
+	python3 scripts/chaos.py --ss $(SS) --trials $${CHAOS_TRIALS:-50} --out $(BUILD_DIR)/chaos
 
 # The performance gate: micro-benchmark and engine ratios against results/perf-baseline.json
 # (scripts/perf-check.py --help). perf-calibrate measures 10 times and rewrites the baseline.
