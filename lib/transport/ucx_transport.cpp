@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include <ucs/config/global_opts.h>
 
@@ -172,6 +173,12 @@ void UcxTransport::connect(int peer, const uint8_t* address, uint64_t base, size
   };
   ep.err_handler.arg = &err_args_.back();
   UCS_CHECK(ucp_ep_create(worker_, &ep, &p.ep));
+  // SHARDSYNC_UCX_INFO=1: the lanes UCX chose for this endpoint (which transport carries
+  // reads of which memory), on stderr: what to look at when reads are slower than the link.
+  if (const char* info = getenv("SHARDSYNC_UCX_INFO"); info && std::string(info) == "1" && peer != rank_) {
+    std::fprintf(stderr, "# ucx endpoint rank %d -> rank %d:\n", rank_, peer);
+    ucp_ep_print_info(p.ep, stderr);
+  }
   p.remote_base = base;
   p.remote_bytes = bytes;
   if (rkey && rkey_len > 0) UCS_CHECK(ucp_ep_rkey_unpack(p.ep, rkey, &p.rkey));

@@ -35,6 +35,13 @@ if [[ "${CTEST:-1}" == 1 ]]; then
 fi
 [[ "${BENCH:-1}" == 1 ]] || exit 0
 
+# Which UCX transports carry the reads: the endpoints' lanes (SHARDSYNC_UCX_INFO=1) and the
+# protocol chosen per operation and memory type (UCX_PROTO_INFO=y), on a tiny model.
+step ucx-lanes 120 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x SHARDSYNC_UCX_INFO=1 -x UCX_PROTO_INFO=y $SS sync \
+  --memory cuda -m tiny-llama -t tp1 -i tp1 --transport ucx -e v4 --syncs 1 --warmup 0 -q
+cp "$LOGS/ucx-lanes.log" "$OUT/ucx-lanes.log"
+grep -E "lane\[|remote memory read|software emulation|zero-copy" "$LOGS/ucx-lanes.log" | sort -u | head -20 | sed 's/^/# /' | tee -a "$SUM"
+
 # One model per pair of runs, CUDA IPC first; every engine, every byte verified.
 run() {  # name np env... -- bench args...; SYNCS timed syncs (default 3)
   local name="$1" np="$2"; shift 2
