@@ -10,8 +10,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include <ucs/config/global_opts.h>
-
 #include "transport/wire.hpp"
 
 namespace shardsync {
@@ -37,14 +35,13 @@ ucs_status_t wait_request(ucp_worker_h worker, void* req) {
 UcxTransport::UcxTransport() {
   ucp_config_t* config = nullptr;
   UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
-  // UCX learns what memory a pointer is from a cache fed by hooks on CUDA's allocation calls,
-  // which miss a statically linked CUDA runtime (ours, and most applications'): for our CUDA
-  // buffers the cache answers "host", with no allocation bounds and no GPU. Registering one
-  // then fails (ucp_mem_map -> Invalid parameter on the region [0x0..0x0]: the whole
-  // allocation UCX widens a CUDA registration to), and a key without the GPU leaves UCX's
-  // CUDA IPC transport out of reads. Without the cache UCX asks the CUDA driver, which
-  // knows. Unless the user chose: UCX_MEMTYPE_CACHE.
-  if (!getenv("UCX_MEMTYPE_CACHE")) (void)ucs_global_opts_set_value("MEMTYPE_CACHE", "n");
+  // UCX widens a CUDA registration to the whole allocation, with the allocation's bounds
+  // from its memory-type cache. That cache learns of allocations through hooks that miss a
+  // statically linked CUDA runtime (ours, and most applications'), so it answers "host" with
+  // no bounds and ucp_mem_map fails on the region [0x0..0x0] (seen with UCX 1.22 on an
+  // H200). Our regions are whole allocations already: register exactly what is asked,
+  // unless the user chose otherwise. A UCX without the option ignores it.
+  if (!getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES")) (void)ucp_config_modify(config, "MEMTYPE_REG_WHOLE_ALLOC_TYPES", "");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG;
@@ -286,8 +283,8 @@ Transport::GetId UcxTransport::get(int peer, size_t remote_offset, size_t local_
   if (!p.rkey || remote_offset + bytes > p.remote_bytes)
     throw Error("ucx transport: get outside rank " + std::to_string(peer) + "'s exported region");
   if (local_offset + bytes > landing_bytes_) throw Error("ucx transport: get outside the landing region");
-  // The landing buffer's handle and memory type come with the request, so UCX does not ask
-  // the driver what the buffer is on every get (its memory-type cache is off: constructor).
+  // The landing buffer's handle and memory type come with the request: UCX does not look the
+  // buffer up in its memory-type cache, which does not know CUDA memory (see the constructor).
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.memh = landing_memh_;
