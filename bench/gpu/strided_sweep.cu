@@ -155,34 +155,35 @@ size_t vmm_granularity() {
   return g;
 }
 
-void send_fd(int sock, int fd) {
+// One byte, with room in the control data for one file descriptor (SCM_RIGHTS); not copied.
+struct FdMessage {
   char byte = 0;
   iovec iov{&byte, 1};
   alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl;
-  msg.msg_controllen = sizeof ctl;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof ctl;
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+
+void send_fd(int sock, int fd) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  if (sendmsg(sock, &msg, 0) != 1) _exit(1);
+  if (sendmsg(sock, &m.msg, 0) != 1) _exit(1);
 }
 
 int recv_fd(int sock) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl;
-  msg.msg_controllen = sizeof ctl;
-  if (recvmsg(sock, &msg, 0) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  if (recvmsg(sock, &m.msg, 0) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(c), sizeof fd);

@@ -90,7 +90,6 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     int32_t unit, chunk;
     int trainer;
     int64_t offset, bytes;
-    double posted;
   };
   struct Pending {  // device work whose completion frees something
     Fence fence;
@@ -211,8 +210,8 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       auto off = arena.alloc(r.y);
       if (!off) break;
       Transport::GetId id = transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
-      gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, now_s()});
-      transfer.begin(gets.at(id).posted);
+      gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y});
+      transfer.begin(now_s());
       ++st.gets;
       readies.pop_front();
       progressed = true;

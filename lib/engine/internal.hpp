@@ -149,7 +149,6 @@ class OnePassReads {
   struct Get {
     int trainer;
     int64_t remote, local, bytes;
-    double posted;
   };
   bool post(RankStats& st);
   bool complete(RankStats& st, const std::function<void()>& landed);
@@ -160,7 +159,7 @@ class OnePassReads {
   std::deque<Get> queue_;
   std::map<int64_t, Get> in_flight_;          // by transport get id
   std::map<int, int64_t> left_;               // trainer -> bytes not yet read
-  std::map<int, std::pair<Fence, double>> launched_;  // mapped: trainer -> its copy's fence, launch time
+  std::map<int, Fence> launched_;  // mapped: trainer -> its copy's fence
   int64_t bytes_ = 0;
   uint8_t* first_dst_ = nullptr;
   double last_keep_alive_ = 0;

@@ -38,16 +38,15 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime
       const int64_t remote = m.weights_base() + shard + d.src_offset * eb;
       const int64_t local = m.live_base() + cs.param_offset[size_t(ep)] + d.dst_offset * eb;
       for (int64_t off = 0; off < p.bytes; off += m.chunk_bytes)
-        queue_.push_back(Get{t, remote + off, local + off, std::min(m.chunk_bytes, p.bytes - off), 0});
+        queue_.push_back(Get{t, remote + off, local + off, std::min(m.chunk_bytes, p.bytes - off)});
     }
     if (bytes == 0) continue;  // the trainer waits for no READ_DONE either
     left_[t] = bytes;
     bytes_ += bytes;
     if (!jobs.empty()) {
-      const double t0 = now_s();
+      busy_.begin(now_s());
       m.device->copy(jobs);
-      launched_[t] = {m.device->fence(Lane::kMain), t0};
-      busy_.begin(t0);
+      launched_[t] = m.device->fence(Lane::kMain);
     }
   }
 }
@@ -57,8 +56,7 @@ bool OnePassReads::post(RankStats& st) {
   while (!queue_.empty() && in_flight_.size() < kMaxGetsInFlight) {
     Get g = queue_.front();
     queue_.pop_front();
-    g.posted = now_s();
-    busy_.begin(g.posted);
+    busy_.begin(now_s());
     in_flight_.emplace(m_.transport->get(g.trainer, size_t(g.remote), size_t(g.local), size_t(g.bytes)), g);
     ++st.gets;
     any = true;
@@ -83,7 +81,7 @@ bool OnePassReads::complete(RankStats& st, const std::function<void()>& landed) 
     landed();
   }
   for (auto it = launched_.begin(); it != launched_.end();) {
-    if (!m_.device->done(it->second.first)) {
+    if (!m_.device->done(it->second)) {
       ++it;
       continue;
     }

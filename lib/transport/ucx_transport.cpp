@@ -65,10 +65,7 @@ UcxTransport::~UcxTransport() {
 }
 
 std::string UcxTransport::describe() const {
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  return "ucx " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release) +
-         " (ucp_get_nbx, tag messages" + (peer_errors_ ? ", peer error handling" : "") +
+  return "ucx " + ucx_version() + " (ucp_get_nbx, tag messages" + (peer_errors_ ? ", peer error handling" : "") +
          (tls_.empty() ? "" : ", UCX_TLS=" + tls_) + ")";
 }
 
