@@ -95,13 +95,15 @@ fuzz-long: fuzz-build
 chaos: build
 	python3 scripts/chaos.py --ss $(SS) --trials $${CHAOS_TRIALS:-50} --out $(BUILD_DIR)/chaos
 
-# The performance gate: micro-benchmark and engine ratios against results/perf-baseline.json
-# (scripts/perf-check.py --help). perf-calibrate measures 10 times and rewrites the baseline.
+# The performance gate: this build against a build of the commit results/perf-baseline.json
+# names (built once under $(BUILD_DIR)/perf-ref/), the same steps on both, interleaved, median
+# of 4 rounds (scripts/perf-check.py --help). perf-calibrate: PERF_CALIBRATE_RUNS (default 6)
+# gate runs of this build against itself set the thresholds, and the reference is this commit.
 perf-check: build
 	python3 scripts/perf-check.py --build $(BUILD_DIR) --report $(BUILD_DIR)/perf-check.json
 
 perf-calibrate: build
-	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate 10 --write-baseline results/perf-baseline.json
+	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate $${PERF_CALIBRATE_RUNS:-6} --write-baseline results/perf-baseline.json
 
 format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

@@ -1,31 +1,53 @@
 #!/usr/bin/env python3
 """shardsync performance gate (make perf-check).
 
-Runs the micro-benchmarks and a short engine run on local ranks, turns them into ratios that
-do not depend on how fast the machine is, and compares those with the thresholds committed in
-results/perf-baseline.json:
+Compares this build (the candidate) with a build of the reference commit named in
+results/perf-baseline.json, on the same machine in the same run. Machines differ in kind (CI's
+VM is not the one the thresholds were set on, and one VM's memcpy is not another's), so no
+absolute number is gated: what is gated is how fast the candidate is relative to the
+reference, measured side by side.
 
-  copy.<case>.pack, .pack_each, .unpack memcpy time / pack (unpack) time of the same bytes
-                                         (shardsync-microbench BM_Copy), higher is better
-  engine.<e>.vs_broadcast                broadcast sync time / engine sync time, same run
-                                         (shardsync bench --layout perf-gate-local), higher is better
-  overhead.<e>.memcpy_bytes              an engine's per-tensor cost (many tiny tensors, mpirun
-                                         shardsync-microbench BM_EngineSync) expressed as the bytes
-                                         memcpy moves in that time, lower is better
+Per build, each step yields these metrics:
 
-A metric that misses its threshold is measured again (its whole step, --attempts in all) and
-its best value kept; what still misses is reported with how far it is off, and the exit
-status is 1. Exit status 2: a step failed to run.
+  copy.<case>.<op>          memcpy time / pack (pack_each, unpack) time of the same bytes,
+                            median over 15 iterations that each run both, milliseconds apart
+                            (shardsync-microbench BM_Copy, counter vs_memcpy), higher is better
+  engine.<e>.sync_s         median over 12 timed syncs of the slowest rank's time, every byte
+                            verified (mpirun -np 2 shardsync bench --model small-qwen3-moe
+                            --trainer tp1 --inference tp1), lower is better
+  overhead.<e>.us_per_tensor  an engine's per-tensor cost on a model of thousands of tiny
+                            tensors, median of 5 repetitions (mpirun -np 2 shardsync-microbench
+                            BM_EngineSync), lower is better
 
-Thresholds come from repeated runs (--calibrate N --write-baseline FILE): for each metric the
-worst of N values, loosened by a factor of max(1.10, sqrt(max / min)) of those N values. So a
-noisy metric gets a looser threshold, and the file says how noisy each one was.
+A round measures every step once on each build, in alternating order (reference first in
+even rounds, candidate first in odd ones), so a machine that drifts slower during the run
+weighs on both. Per round and metric the relative speed is candidate / reference (reference /
+candidate where lower is better): 1.0 unchanged, 0.8 a fifth slower. The gate's value is the
+median over --rounds rounds (no best-of), and it must reach the metric's threshold.
+
+Thresholds come from calibration (--calibrate K --write-baseline FILE): K gate runs of the
+build against itself (A/A: no change, so every relative speed is noise). For each metric,
+with lo the lowest of the K medians: threshold = min(lo - 0.03, 2 lo - 1) and at most 0.95,
+so the margin below 1.0 is at least twice the worst no-change dip. A metric whose threshold
+would fall below 0.85 is too noisy to catch a 15% regression on this kind of machine: it
+stays in the report and leaves the gate ("gated": false).
+
+The reference build lives in BUILD/perf-ref/<commit> (source from git archive, configured like
+the candidate, only shardsync and shardsync-microbench built) and is reused by later runs.
+--reference-build DIR uses an existing build instead (tests compare a build with itself).
+--candidate-env NAME=VALUE sets a variable for the candidate's runs only: the test hooks
+SHARDSYNC_TEST_SLOW_COPY=F (every CPU pack/unpack takes F times as long) and
+SHARDSYNC_TEST_SLOW_ENGINE=NAME:F (every sync of that engine takes F times as long).
+
+Exit status: 0 passed, 1 a gated metric regressed, 2 something failed to run or bad input.
 """
 import argparse
 import datetime
 import json
 import os
 import platform
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -36,11 +58,13 @@ import time
 STEPS = ("copy", "engine", "overhead")
 MPIRUN = ["mpirun", "--oversubscribe"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-MIN_MARGIN = 0.10
-# A copy ratio's threshold never exceeds the target (pack/unpack at 80% of memcpy): where
-# glibc's memcpy is slow (as on the dev VM) the kernels run above 100% of it, and a machine
-# whose memcpy is relatively faster must not fail kernels that meet the target.
-COPY_TARGET = 0.80
+THRESHOLD_CAP = 0.95    # a 5% dip is always allowed as noise
+GATE_FLOOR = 0.85       # a metric that cannot catch a 15% regression leaves the gate
+MIN_MARGIN = 0.03       # below the lowest A/A median
+DEFAULT_ROUNDS = 4
+# One trainer rank and one inference rank, each on its own core of a 2-core VM: four ranks
+# on two cores time the scheduler more than the engine.
+ENGINE_RUN = ["--model", "small-qwen3-moe", "--trainer", "tp1", "--inference", "tp1", "--syncs", "12", "--warmup", "1", "-q"]
 
 
 def fail(msg, status=2):
@@ -48,10 +72,12 @@ def fail(msg, status=2):
     sys.exit(status)
 
 
-def run(cmd, timeout, what):
+def run(cmd, timeout, what, env_extra=None, cwd=None):
     env = dict(os.environ, **MPI_ENV)
+    env.update(env_extra or {})
     # Its own process group, so that a timeout ends mpirun's ranks too, not only mpirun.
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -69,6 +95,19 @@ def run(cmd, timeout, what):
     return out
 
 
+class Build:
+    """One side of the comparison: a build directory and the environment its runs get."""
+
+    def __init__(self, label, path, env=None):
+        self.label, self.path, self.env = label, path, dict(env or {})
+        for exe in ("shardsync", "shardsync-microbench"):
+            if not os.access(self.exe(exe), os.X_OK):
+                fail("%s build: %s not built (configure with -DSHARDSYNC_BUILD_BENCH=ON)" % (label, self.exe(exe)))
+
+    def exe(self, name):
+        return os.path.join(self.path, "apps", name)
+
+
 def gbench_json(path, what):
     try:
         with open(path) as f:
@@ -80,22 +119,14 @@ def gbench_json(path, what):
     return rows
 
 
-def microbench(build, args, what, timeout, mpi_ranks=0):
-    exe = os.path.join(build, "apps", "shardsync-microbench")
-    if not os.access(exe, os.X_OK):
-        fail("%s not built (configure with -DSHARDSYNC_BUILD_BENCH=ON)" % exe)
+def microbench(b, args, what, timeout, mpi_ranks=0):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "mb.json")
-        cmd = [exe, "--benchmark_out=" + out, "--benchmark_out_format=json"] + args
+        cmd = [b.exe("shardsync-microbench"), "--benchmark_out=" + out, "--benchmark_out_format=json"] + args
         if mpi_ranks:
             cmd = MPIRUN + ["-np", str(mpi_ranks)] + cmd
-        run(cmd, timeout, what)
+        run(cmd, timeout, "%s (%s build)" % (what, b.label), b.env)
         return gbench_json(out, what)
-
-
-def memcpy_bandwidth(build):
-    rows = microbench(build, ["--benchmark_filter=BM_Copy/expert_w13/memcpy"], "memcpy bandwidth", 300)
-    return iterations(rows)[0]["bytes_per_second"]
 
 
 def iterations(rows):
@@ -103,66 +134,57 @@ def iterations(rows):
     return [r for r in rows if r.get("run_type", "iteration") == "iteration"]
 
 
-def step_copy(build, state):
-    rows = microbench(build, ["--benchmark_filter=BM_Copy/"], "copy micro-benchmarks", 600)
-    t = {}
+def step_copy(b):
+    rows = microbench(b, ["--benchmark_filter=BM_Copy/"], "copy micro-benchmarks", 600)
+    m = {}
     for r in iterations(rows):
         case, op = r["name"].split("/")[1:3]
-        t[(case, op)] = min(r["real_time"], t.get((case, op), float("inf")))
-        if case == "expert_w13" and op == "memcpy":
-            state["memcpy_Bps"] = r["bytes_per_second"]
-    m = {}
-    for (case, op), v in t.items():
-        if op != "memcpy":
-            if (case, "memcpy") not in t:
-                fail("copy micro-benchmarks: no memcpy result for case %s" % case)
-            m["copy.%s.%s" % (case, op)] = t[(case, "memcpy")] / v
+        if op == "memcpy":
+            continue
+        if "vs_memcpy" not in r:
+            fail("copy micro-benchmarks (%s build): %s has no vs_memcpy counter" % (b.label, r["name"]))
+        m["copy.%s.%s" % (case, op)] = r["vs_memcpy"]
     return m
 
 
-def step_engine(build, state):
-    exe = os.path.join(build, "apps", "shardsync")
+def step_engine(b):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
-        run(MPIRUN + ["-np", "4", exe, "bench", "--layout", "perf-gate-local", "--syncs", "10", "--warmup", "1", "-q",
-                      "--json", out], 600, "engine run (shardsync bench)")
+        run(MPIRUN + ["-np", "2", b.exe("shardsync"), "bench"] + ENGINE_RUN + ["--json", out], 600,
+            "engine run (shardsync bench, %s build)" % b.label, b.env)
         with open(out) as f:
             result = json.load(f)
     # Per engine, the median over its timed syncs of the slowest rank's time: one sync
     # disturbed by a neighbour on a shared machine moves the median little.
-    engines = {}
+    m = {}
     for e in result["engines"]:
         timed = [s["time_s"] for s in e["syncs"] if not s.get("warmup") and not s.get("skipped")]
         if not timed:
-            fail("engine run: %s has no timed syncs" % e["engine"])
-        engines[e["engine"]] = statistics.median(timed)
-    return {"engine.%s.vs_broadcast" % e: engines["broadcast"] / v for e, v in engines.items() if e != "broadcast"}
-
-
-def step_overhead(build, state):
-    if "memcpy_Bps" not in state:
-        state["memcpy_Bps"] = memcpy_bandwidth(build)
-    rows = microbench(build, [], "engine micro-benchmarks (mpirun -np 4)", 600, mpi_ranks=4)
-    m = {}
-    for r in rows:
-        if r.get("run_type") == "aggregate" and r.get("aggregate_name") == "median":
-            engine = r["name"].split("/")[1]
-            state.setdefault("us_per_tensor", {})[engine] = r["us_per_tensor"]
-            m["overhead.%s.memcpy_bytes" % engine] = r["us_per_tensor"] * 1e-6 * state["memcpy_Bps"]
-    want = engine_names(build)
-    got = sorted(k.split(".")[1] for k in m)
-    if got != sorted(want):
-        fail("engine micro-benchmarks: expected the median of every engine row (%s), got %s"
-             % (", ".join(want), ", ".join(sorted(m)) or "none"))
+            fail("engine run (%s build): %s has no timed syncs" % (b.label, e["engine"]))
+        m["engine.%s.sync_s" % e["engine"]] = statistics.median(timed)
     return m
 
 
-def engine_names(build):
+def step_overhead(b):
+    rows = microbench(b, ["--benchmark_filter=BM_EngineSync/"], "engine micro-benchmarks (mpirun -np 2)", 600,
+                      mpi_ranks=2)
+    m = {}
+    for r in rows:
+        if r.get("run_type") == "aggregate" and r.get("aggregate_name") == "median":
+            m["overhead.%s.us_per_tensor" % r["name"].split("/")[1]] = r["us_per_tensor"]
+    want = engine_names(b)
+    got = sorted(k.split(".")[1] for k in m)
+    if got != sorted(want):
+        fail("engine micro-benchmarks (%s build): expected the median of every engine row (%s), got %s"
+             % (b.label, ", ".join(want), ", ".join(sorted(m)) or "none"))
+    return m
+
+
+def engine_names(b):
     """The rows of the engine table (shardsync engines --names): what the benchmarks run."""
-    exe = os.path.join(build, "apps", "shardsync")
-    out = subprocess.run([exe, "engines", "--names"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([b.exe("shardsync"), "engines", "--names"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0 or not out.stdout.split():
-        fail("%s engines --names failed: %s" % (exe, out.stderr.strip()))
+        fail("%s engines --names failed: %s" % (b.exe("shardsync"), out.stderr.strip()))
     return out.stdout.split()
 
 
@@ -170,51 +192,146 @@ STEP_FUNCS = {"copy": step_copy, "engine": step_engine, "overhead": step_overhea
 
 
 def higher_is_better(name):
-    return not name.startswith("overhead.")
+    return name.startswith("copy.")
 
 
-def passes(name, value, threshold):
-    return value >= threshold if higher_is_better(name) else value <= threshold
-
-
-def measure(build, steps, state):
-    values, origin = {}, {}
-    for s in steps:
-        print("perf-check: running %s ..." % s, flush=True)
-        for k, v in STEP_FUNCS[s](build, state).items():
-            values[k], origin[k] = v, s
-    return values, origin
+def relative_speed(name, cand, ref):
+    """Candidate speed over reference speed: 1.0 unchanged, below 1 slower."""
+    if cand <= 0 or ref <= 0:
+        return 0.0
+    return cand / ref if higher_is_better(name) else ref / cand
 
 
 def fmt(v):
     return "%.4g" % v
 
 
-def compare(values, baseline, attempts_used):
-    rows, regressed = [], []
-    for name in sorted(values):
-        v = values[name]
-        b = baseline["metrics"].get(name)
-        if b is None:
-            rows.append((name, fmt(v), "-", "-", "-", "new (no threshold yet)"))
+# ---------------------------------------------------------------------------------------
+# The reference build.
+
+def git(src, *args):
+    return subprocess.run(["git", "-C", src] + list(args), capture_output=True, text=True)
+
+
+def cache_value(build, key):
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                m = re.match(r"^%s:[A-Z]+=(.*)$" % re.escape(key), line.strip())
+                if m:
+                    return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def reference_build(args, commit):
+    """Builds (once) the reference commit next to the candidate's build; returns its build dir."""
+    src = args.source
+    full = git(src, "rev-parse", "--verify", "--quiet", commit + "^{commit}")
+    if full.returncode != 0:
+        fail("%s: reference_commit %s is not in the history of %s (a shallow clone? fetch it, or pass "
+             "--reference-build DIR)" % (args.baseline, commit, src))
+    commit = full.stdout.strip()
+    top = os.path.join(os.path.abspath(args.build), "perf-ref", commit[:12])
+    rsrc, rbuild, stamp = os.path.join(top, "src"), os.path.join(top, "build"), os.path.join(top, "built")
+    if os.path.exists(stamp) and open(stamp).read().strip() == commit:
+        return rbuild, commit
+    print("perf-check: building the reference %s in %s (once; later runs reuse it) ..." % (commit[:12], top),
+          flush=True)
+    shutil.rmtree(top, ignore_errors=True)
+    os.makedirs(rsrc)
+    archive = subprocess.run("git -C '%s' archive --format=tar %s | tar -x -C '%s'" % (src, commit, rsrc), shell=True,
+                             capture_output=True, text=True)
+    if archive.returncode != 0:
+        fail("git archive of the reference %s failed: %s" % (commit, archive.stderr.strip()))
+    with open(os.path.join(rsrc, ".shardsync-commit"), "w") as f:
+        f.write(commit[:12] + "\n")
+    flags = ["-DCMAKE_BUILD_TYPE=" + (cache_value(args.build, "CMAKE_BUILD_TYPE") or "RelWithDebInfo"),
+             "-DSHARDSYNC_BUILD_TESTS=OFF", "-DSHARDSYNC_BUILD_BENCH=ON", "-DSHARDSYNC_WERROR=OFF"]
+    for key in ("SHARDSYNC_CUDA", "SHARDSYNC_UCX", "SHARDSYNC_NCCL"):
+        v = cache_value(args.build, key)
+        if v is not None:
+            flags.append("-D%s=%s" % (key, v))
+    log = os.path.join(top, "build.log")
+    env = {"SHARDSYNC_COMMIT": commit[:12]}
+    with open(log, "w") as f:
+        for cmd in (["cmake", "-S", rsrc, "-B", rbuild] + flags,
+                    ["cmake", "--build", rbuild, "-j", str(os.cpu_count() or 2), "--target", "shardsync",
+                     "shardsync-microbench"]):
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+            if r.returncode != 0:
+                f.close()
+                sys.stderr.write(open(log).read()[-4000:])
+                fail("building the reference %s failed (log: %s)" % (commit[:12], log))
+    with open(stamp, "w") as f:
+        f.write(commit + "\n")
+    return rbuild, commit
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring.
+
+def measure_rounds(cand, ref, steps, rounds):
+    """Per round, every step on both builds (alternating order); returns the per-round values."""
+    per_round = []
+    for i in range(rounds):
+        order = (ref, cand) if i % 2 == 0 else (cand, ref)
+        values = {ref.label: {}, cand.label: {}}
+        for s in steps:
+            for b in order:
+                print("perf-check: round %d of %d: %s, %s build ..." % (i + 1, rounds, s, b.label), flush=True)
+                values[b.label].update(STEP_FUNCS[s](b))
+        per_round.append(values)
+    return per_round
+
+
+def summarize(per_round, cand_label="candidate", ref_label="reference"):
+    """Per metric: median candidate and reference values, per-round relative speeds, their median."""
+    out = {}
+    names = sorted(set().union(*(r[cand_label].keys() for r in per_round)))
+    for name in names:
+        rows = [r for r in per_round if name in r[cand_label] and name in r[ref_label]]
+        c = [r[cand_label][name] for r in per_round if name in r[cand_label]]
+        if not rows:
+            out[name] = {"candidate": statistics.median(c), "reference": None, "rounds": [], "speed": None}
             continue
-        ok = passes(name, v, b["threshold"])
-        change = (v / b["median"] - 1) * 100 if b["median"] else 0.0
-        status = "ok" if ok else "REGRESSED"
-        if not ok:
-            thr = b["threshold"] or 1e-300
-            off = (1 - v / thr) * 100 if higher_is_better(name) else (v / thr - 1) * 100
-            status += " (%.1f%% %s threshold after %d attempt%s)" % (
-                off, "below" if higher_is_better(name) else "above", attempts_used.get(name, 1),
-                "" if attempts_used.get(name, 1) == 1 else "s")
+        speeds = [relative_speed(name, r[cand_label][name], r[ref_label][name]) for r in rows]
+        out[name] = {"candidate": statistics.median(c), "reference": statistics.median(r[ref_label][name] for r in rows),
+                     "rounds": [round(s, 4) for s in speeds], "speed": statistics.median(speeds)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The verdict.
+
+def compare(speeds, baseline):
+    """speeds: metric -> median relative speed (None: no reference value). Returns rows, regressed."""
+    rows, regressed = [], []
+    for name in sorted(speeds):
+        v = speeds[name]
+        b = baseline["metrics"].get(name)
+        if v is None:
+            rows.append((name, "-", "-", "new (the reference has no such metric)"))
+            continue
+        if b is None:
+            rows.append((name, fmt(v), "-", "new (no threshold yet)"))
+            continue
+        if not b.get("gated", True):
+            rows.append((name, fmt(v), "(%s)" % fmt(b["threshold"]), "not gated: too noisy here (A/A low %s)" % fmt(b.get("aa_low", 0))))
+            continue
+        if v >= b["threshold"]:
+            rows.append((name, fmt(v), "≥ " + fmt(b["threshold"]), "ok"))
+        else:
+            rows.append((name, fmt(v), "≥ " + fmt(b["threshold"]),
+                         "REGRESSED (%.1f%% slower than the reference)" % ((1 - v) * 100)))
             regressed.append(name)
-        rows.append((name, fmt(v), ("≥ " if higher_is_better(name) else "≤ ") + fmt(b["threshold"]), fmt(b["median"]),
-                     "%+.1f%%" % change, status))
     return rows, regressed
 
 
-def print_table(rows):
-    head = ("metric", "value", "threshold", "baseline", "vs_base", "status")
+def print_table(head, rows):
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip()
     print("# " + line(head))
@@ -228,73 +345,18 @@ def load_baseline(path):
             b = json.load(f)
     except (OSError, ValueError) as e:
         fail("%s: cannot read the baseline: %s" % (path, e))
-    if not isinstance(b.get("metrics"), dict):
-        fail("%s: metrics: expected an object of metric name -> {threshold, median}" % path)
+    if b.get("schema") != 2:
+        fail("%s: schema: expected 2 (relative thresholds against a reference build), got %r" % (path, b.get("schema")))
+    if not isinstance(b.get("reference_commit"), str) or not re.fullmatch(r"[0-9a-f]{7,40}", b["reference_commit"]):
+        fail("%s: reference_commit: expected the hex commit the thresholds compare against" % path)
+    if not isinstance(b.get("metrics"), dict) or not b["metrics"]:
+        fail("%s: metrics: expected an object of metric name -> {threshold, gated}" % path)
     for name, m in b["metrics"].items():
-        for key in ("threshold", "median"):
-            if not isinstance(m.get(key), (int, float)):
-                fail("%s: metrics.%s.%s: expected a number" % (path, name, key))
+        if not isinstance(m, dict) or not isinstance(m.get("threshold"), (int, float)) or not 0 < m["threshold"] <= 1:
+            fail("%s: metrics.%s.threshold: expected a relative speed in (0, 1]" % (path, name))
+        if not isinstance(m.get("gated", True), bool):
+            fail("%s: metrics.%s.gated: expected true or false" % (path, name))
     return b
-
-
-def gate(args):
-    baseline = load_baseline(args.baseline)
-    state = {}
-    if args.metrics:
-        with open(args.metrics) as f:
-            values = json.load(f)
-        origin = {}
-        attempts_used = {}
-    else:
-        values, origin = measure(args.build, args.only, state)
-        attempts_used = {k: 1 for k in values}
-        for attempt in range(2, args.attempts + 1):
-            failing = [k for k, v in values.items() if k in baseline["metrics"] and not passes(k, v, baseline["metrics"][k]["threshold"])]
-            if not failing:
-                break
-            steps = [s for s in args.only if any(origin[k] == s for k in failing)]
-            print("perf-check: %d metric(s) below threshold (%s); measuring %s again (attempt %d of %d)"
-                  % (len(failing), ", ".join(failing), "+".join(steps), attempt, args.attempts), flush=True)
-            again, _ = measure(args.build, steps, state)
-            for k, v in again.items():
-                if k in failing:
-                    attempts_used[k] = attempt
-                better = v > values[k] if higher_is_better(k) else v < values[k]
-                if better:
-                    values[k] = v
-    missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and k not in values]
-    rows, regressed = compare(values, baseline, attempts_used)
-    print("# performance gate: %d metrics against %s (calibrated on %s)"
-          % (len(values), args.baseline, baseline.get("machine", "?")))
-    here = "%d cores, %s" % (os.cpu_count(), cpu_model())
-    if not args.metrics and here not in baseline.get("machine", ""):
-        print("# note: this machine (%s) is not the one the thresholds were calibrated on; "
-              "if it differs in kind, recalibrate (make perf-calibrate)" % here)
-    print_table(rows)
-    report = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "host": platform.node(), "baseline": args.baseline, "values": values, "regressed": regressed,
-              "missing": missing, "state": state, "slow_copy_hook": os.environ.get("SHARDSYNC_TEST_SLOW_COPY")}
-    if args.report:
-        os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
-        with open(args.report, "w") as f:
-            json.dump(report, f, indent=1)
-    if missing:
-        fail("metrics in the baseline were not measured: " + ", ".join(missing))
-    if regressed:
-        print("perf-check: FAILED: %d of %d metrics regressed: %s" % (len(regressed), len(values), ", ".join(regressed)))
-        return 1
-    print("perf-check: passed (%d metrics)" % len(values))
-    return 0
-
-
-def threshold_for(name, lo, hi):
-    """(max/min, loosening factor, threshold) of a metric seen between lo and hi."""
-    spread = hi / lo if lo > 0 else 1.0
-    factor = max(1 + MIN_MARGIN, spread ** 0.5)
-    if not higher_is_better(name):
-        return spread, factor, hi * factor
-    thr = lo / factor
-    return spread, factor, min(thr, COPY_TARGET) if name.startswith("copy.") else thr
 
 
 def cpu_model():
@@ -308,56 +370,163 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def machine():
+    return "%s, %d cores, %s" % (platform.node(), os.cpu_count(), cpu_model())
+
+
+def parse_env(items):
+    env = {}
+    for it in items:
+        if "=" not in it or not it.split("=", 1)[0]:
+            fail("--candidate-env: %s: expected NAME=VALUE" % it)
+        k, v = it.split("=", 1)
+        env[k] = v
+    return env
+
+
+def build_commit(b):
+    """The commit a build records (shardsync info's commit line)."""
+    out = subprocess.run([b.exe("shardsync"), "info"], capture_output=True, text=True, timeout=60)
+    m = re.search(r"^commit (\S+)$", out.stdout, re.M)
+    return m.group(1) if m else "unknown"
+
+
+def sides(args, baseline):
+    cand = Build("candidate", args.build, parse_env(args.candidate_env))
+    if args.reference_build:
+        ref = Build("reference", args.reference_build)
+        commit = build_commit(ref)
+    else:
+        path, commit = reference_build(args, args.reference or baseline["reference_commit"])
+        ref = Build("reference", path)
+    return cand, ref, commit
+
+
+def gate(args):
+    baseline = load_baseline(args.baseline)
+    report = {"date_utc": now_utc(), "machine": machine(), "baseline": args.baseline, "rounds": args.rounds,
+              "candidate_env": parse_env(args.candidate_env)}
+    if args.metrics:
+        try:
+            with open(args.metrics) as f:
+                speeds = json.load(f)
+        except (OSError, ValueError) as e:
+            fail("--metrics %s: %s" % (args.metrics, e))
+        if not isinstance(speeds, dict) or not all(isinstance(v, (int, float)) for v in speeds.values()):
+            fail("--metrics %s: expected an object of metric name -> relative speed" % args.metrics)
+        summary = {}
+    else:
+        cand, ref, commit = sides(args, baseline)
+        report["reference"] = {"commit": commit, "build": ref.path}
+        per_round = measure_rounds(cand, ref, args.only, args.rounds)
+        summary = summarize(per_round)
+        speeds = {k: s["speed"] for k, s in summary.items()}
+        report["per_round"] = per_round
+    missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None]
+    rows, regressed = compare(speeds, baseline)
+    print("# performance gate: %d metrics, median of %d rounds, candidate %s against the reference %s"
+          % (len(speeds), args.rounds, args.build, report.get("reference", {}).get("commit", "(given speeds)")))
+    print("# thresholds: %s (calibrated on %s)" % (args.baseline, baseline.get("machine", "?")))
+    if summary:
+        rows = [(r[0], fmt(summary[r[0]]["candidate"]),
+                 fmt(summary[r[0]]["reference"]) if summary[r[0]]["reference"] is not None else "-") + r[1:]
+                for r in rows]
+        print_table(("metric", "candidate", "reference", "speed", "threshold", "status"), rows)
+    else:
+        print_table(("metric", "speed", "threshold", "status"), rows)
+    report.update({"speeds": speeds, "summary": summary, "regressed": regressed, "missing": missing})
+    if args.report:
+        os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
+    if missing:
+        fail("metrics in the baseline were not measured: " + ", ".join(missing))
+    gated = sum(1 for k in speeds if baseline["metrics"].get(k, {}).get("gated", False))
+    if regressed:
+        print("perf-check: FAILED: %d of %d gated metrics regressed: %s" % (len(regressed), gated, ", ".join(regressed)))
+        return 1
+    print("perf-check: passed (%d gated metrics, %d measured)" % (gated, len(speeds)))
+    return 0
+
+
+def now_utc():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def threshold_for(lows):
+    """From the lowest A/A median of a metric: (threshold, gated)."""
+    thr = min(THRESHOLD_CAP, lows - MIN_MARGIN, 2 * lows - 1)
+    return thr, thr >= GATE_FLOOR
+
+
 def calibrate(args):
+    """K gate runs of the candidate against itself; thresholds from the lowest medians."""
+    cand = Build("candidate", args.build)
+    twin = Build("reference", args.build)
     runs = []
     for i in range(args.calibrate):
-        print("perf-check: calibration run %d of %d" % (i + 1, args.calibrate), flush=True)
-        values, _ = measure(args.build, args.only, {})
-        runs.append(values)
+        print("perf-check: calibration run %d of %d (the build against itself, %d rounds)" % (i + 1, args.calibrate, args.rounds),
+              flush=True)
+        runs.append(summarize(measure_rounds(cand, twin, args.only, args.rounds)))
+    head = git(args.source, "rev-parse", "HEAD")
+    dirty = git(args.source, "status", "--porcelain", "--untracked-files=no")
+    commit = head.stdout.strip() if head.returncode == 0 else ""
+    if args.write_baseline and (not commit or dirty.stdout.strip()):
+        fail("--write-baseline: the source tree must be a clean checkout (the reference is its commit, "
+             "and a dirty tree has none)")
     metrics = {}
     for name in sorted(runs[0]):
-        vs = [r[name] for r in runs if name in r]
-        med = statistics.median(vs)
-        spread, factor, thr = threshold_for(name, min(vs), max(vs))
-        metrics[name] = {"threshold": round(thr, 4), "median": round(med, 4), "min": round(min(vs), 4),
-                         "max": round(max(vs), 4), "max_over_min": round(spread, 4), "factor": round(factor, 4),
+        meds = [r[name]["speed"] for r in runs if r.get(name, {}).get("speed") is not None]
+        lo, hi = min(meds), max(meds)
+        thr, gated = threshold_for(lo)
+        metrics[name] = {"threshold": round(thr, 4), "gated": gated, "aa_low": round(lo, 4), "aa_high": round(hi, 4),
+                         "aa_medians": [round(m, 4) for m in meds],
+                         "value_median": round(statistics.median(r[name]["candidate"] for r in runs), 6),
                          "higher_is_better": higher_is_better(name)}
-    out = {"schema": 1,
-           "method": "over %d runs on this machine: threshold = worst value / factor (higher is better) or worst * factor "
-                     "(lower is better), factor = max(%.2f, sqrt(max / min)): the noise seen in the runs sets the margin; "
-                     "copy ratios' thresholds are capped at the %.2f target; "
-                     "made by: scripts/perf-check.py --calibrate %d --write-baseline" % (args.calibrate, 1 + MIN_MARGIN, COPY_TARGET, args.calibrate),
-           "machine": "%s, %d cores, %s" % (platform.node(), os.cpu_count(), cpu_model()),
-           "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "runs": len(runs), "metrics": metrics}
-    print("# %-32s %9s %9s %9s %8s %9s" % ("metric", "median", "min", "max", "max/min", "threshold"))
+    out = {"schema": 2, "reference_commit": commit,
+           "method": "relative speed candidate/reference (reference/candidate where lower is better), median of %d "
+                     "interleaved rounds; thresholds from %d A/A gate runs of the reference build against itself: "
+                     "threshold = min(%.2f, lo - %.2f, 2 lo - 1) with lo the lowest A/A median; a metric whose "
+                     "threshold falls below %.2f is not gated; made by: scripts/perf-check.py --calibrate %d "
+                     "--rounds %d --write-baseline" % (args.rounds, args.calibrate, THRESHOLD_CAP, MIN_MARGIN,
+                                                       GATE_FLOOR, args.calibrate, args.rounds),
+           "machine": machine(), "date_utc": now_utc(), "runs": len(runs), "rounds": args.rounds, "metrics": metrics}
+    print("# %-34s %8s %8s %9s %s" % ("metric", "A/A low", "A/A high", "threshold", "gated"))
     for k, m in metrics.items():
-        print("  %-32s %9s %9s %9s %8.2f %9s" % (k, fmt(m["median"]), fmt(m["min"]), fmt(m["max"]), m["max_over_min"], fmt(m["threshold"])))
+        print("  %-34s %8s %8s %9s %s" % (k, fmt(m["aa_low"]), fmt(m["aa_high"]), fmt(m["threshold"]),
+                                          "yes" if m["gated"] else "no (too noisy)"))
     if args.write_baseline:
         with open(args.write_baseline, "w") as f:
             json.dump(out, f, indent=1)
             f.write("\n")
-        print("perf-check: wrote " + args.write_baseline)
+        print("perf-check: wrote %s (reference %s)" % (args.write_baseline, commit[:12]))
     return 0
 
 
 def main():
+    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="build directory (default: build)")
-    ap.add_argument("--baseline", default="results/perf-baseline.json", help="committed thresholds")
+    ap.add_argument("--build", default="build", help="the candidate's build directory (default: build)")
+    ap.add_argument("--source", default=os.path.dirname(here), help="the git checkout (default: this script's)")
+    ap.add_argument("--baseline", default=os.path.join(os.path.dirname(here), "results", "perf-baseline.json"),
+                    help="committed thresholds and reference commit")
+    ap.add_argument("--reference", default="", metavar="COMMIT", help="compare against this commit instead")
+    ap.add_argument("--reference-build", default="", metavar="DIR", help="compare against this existing build")
+    ap.add_argument("--candidate-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment for the candidate's runs only (test hooks); repeatable")
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved rounds (default %d)" % DEFAULT_ROUNDS)
     ap.add_argument("--report", default="", help="write the measured values and verdict to this JSON file")
     ap.add_argument("--only", default=",".join(STEPS), help="steps to run: copy, engine, overhead (default: all)")
-    ap.add_argument("--attempts", type=int, default=3, help="measurements of a failing metric before it counts (default 3)")
-    ap.add_argument("--metrics", default="", help="compare these metric values (JSON name -> value) instead of measuring")
-    ap.add_argument("--calibrate", type=int, default=0, metavar="N", help="measure N times and print each metric's spread")
+    ap.add_argument("--metrics", default="", help="judge these relative speeds (JSON name -> speed) instead of measuring")
+    ap.add_argument("--calibrate", type=int, default=0, metavar="K", help="K A/A gate runs; print each metric's thresholds")
     ap.add_argument("--write-baseline", default="", metavar="FILE", help="with --calibrate: write the thresholds here")
     args = ap.parse_args()
     args.only = [s for s in args.only.split(",") if s]
     for s in args.only:
         if s not in STEPS:
             fail("--only: %s: expected a comma-separated list of %s" % (s, ", ".join(STEPS)))
-    if args.attempts < 1:
-        fail("--attempts: expected at least 1")
+    if args.rounds < 1:
+        fail("--rounds: expected at least 1")
     if args.calibrate:
         return calibrate(args)
     return gate(args)

@@ -83,14 +83,21 @@ VerifyResult cpu_verify(const std::vector<SynthJob>& jobs) {
 
 namespace {
 
-// Test hook: SHARDSYNC_TEST_SLOW_COPY=K runs every pack/unpack copy K times (a deliberately
-// slowed kernel, which the performance gate must catch; tests/perf).
-int slow_copy_factor() {
-  static const int k = [] {
+// Test hook: SHARDSYNC_TEST_SLOW_COPY=F (a number > 1, as 1.25) makes every pack/unpack copy
+// take F times as long: after the copy, the thread spins for (F - 1) times what it took (a
+// deliberately slowed kernel, which the performance gate must catch; tests/perf).
+double slow_copy_factor() {
+  static const double f = [] {
     const char* v = std::getenv("SHARDSYNC_TEST_SLOW_COPY");
-    return v ? std::max(1, std::atoi(v)) : 1;
+    return v ? std::max(1.0, std::atof(v)) : 1.0;
   }();
-  return k;
+  return f;
+}
+
+void spin_for(std::chrono::steady_clock::duration d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
 }
 
 // Test hook: SHARDSYNC_TEST_SLOW_BACKGROUND_MS=N delays every task of the background lane by
@@ -125,12 +132,13 @@ class CpuDevice : public Device {
   void release(uint8_t* p) override { std::free(p); }
 
   void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
-    run(lane, [this, jobs, times = slow_copy_factor()] {
+    run(lane, [this, jobs, slow = slow_copy_factor()] {
+      const auto t0 = std::chrono::steady_clock::now();
       std::vector<CopyTask> batch;
       batch.reserve(jobs.size());
       for (const CopyJob& j : jobs) batch.push_back(CopyTask{&j.desc, j.src, j.dst, j.elem_bytes});
       together_ += execute_copies_fast(batch);
-      for (int k = 1; k < times; ++k) execute_copies_fast(batch);
+      if (slow > 1) spin_for(std::chrono::duration_cast<std::chrono::steady_clock::duration>((std::chrono::steady_clock::now() - t0) * (slow - 1)));
     });
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {

@@ -1,57 +1,91 @@
 #!/usr/bin/env bash
-# gate_check.sh logic|slow-copy SOURCE_DIR BUILD_DIR
-#   logic:     the gate's verdicts on given metric values against the committed baseline (no
-#              timing): all at their baseline medians passes; one metric past its threshold
-#              fails naming it and by how much; a baseline metric left unmeasured, and a
-#              broken baseline, are refused naming the metric or field.
-#   slow-copy: a deliberately slowed copy kernel (SHARDSYNC_TEST_SLOW_COPY=6: every pack and
-#              unpack runs six times) must make the real gate fail on the copy ratios.
+# gate_check.sh logic|slow-copy|slow-v3 SOURCE_DIR BUILD_DIR
+#   logic:     the gate's verdicts on given relative speeds against the committed baseline (no
+#              timing): every metric at 1.0 passes; two gated metrics under their thresholds
+#              fail naming each and how much slower; a metric out of the gate does not fail;
+#              a baseline metric left unmeasured, a broken baseline and bad flags are refused
+#              naming the metric, field or flag.
+#   slow-copy: the real gate, this build against itself, with every CPU pack/unpack of the
+#              candidate 25% slower (SHARDSYNC_TEST_SLOW_COPY=1.25): it must fail on the copy
+#              metrics.
+#   slow-v3:   the same with every V3 sync of the candidate 20% slower
+#              (SHARDSYNC_TEST_SLOW_ENGINE=v3:1.2): it must fail on engine.v3.sync_s.
 set -u
 mode="$1"; src="$2"; build="$3"
-gate=("$src/scripts/perf-check.py" --build "$build" --baseline "$src/results/perf-baseline.json")
+baseline="$src/results/perf-baseline.json"
+gate=(python3 "$src/scripts/perf-check.py" --build "$build" --baseline "$baseline")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 die() { echo "FAIL: $*"; exit 1; }
 
 case "$mode" in
 logic)
-  python3 - "$src/results/perf-baseline.json" "$tmp" <<'PY' || die "could not derive metric files"
+  python3 - "$baseline" "$tmp" <<'PY' || die "could not derive speed files"
 import json, sys
 b = json.load(open(sys.argv[1]))["metrics"]
-if len(b) < 10: sys.exit("baseline has only %d metrics" % len(b))
-json.dump({k: m["median"] for k, m in b.items()}, open(sys.argv[2] + "/at-median.json", "w"))
-bad = {k: m["median"] for k, m in b.items()}
-bad["copy.expert_w13.pack"] = b["copy.expert_w13.pack"]["threshold"] * 0.5
-bad["overhead.v1.memcpy_bytes"] = b["overhead.v1.memcpy_bytes"]["threshold"] * 3
+gated = sorted(k for k, m in b.items() if m.get("gated", True))
+if len(gated) < 10: sys.exit("baseline gates only %d metrics" % len(gated))
+one = {k: 1.0 for k in b}
+json.dump(one, open(sys.argv[2] + "/unchanged.json", "w"))
+bad = dict(one)
+copy = next(k for k in gated if k.startswith("copy."))
+eng = "engine.v3.sync_s" if "engine.v3.sync_s" in gated else next(k for k in gated if k.startswith("engine."))
+bad[copy] = 0.5
+bad[eng] = b[eng]["threshold"] - 0.01
 json.dump(bad, open(sys.argv[2] + "/regressed.json", "w"))
-partial = {k: m["median"] for k, m in b.items() if k != "engine.v3.vs_broadcast"}
+open(sys.argv[2] + "/names", "w").write("%s %s %.1f\n" % (copy, eng, (1 - bad[eng]) * 100))
+loose = [k for k, m in b.items() if not m.get("gated", True)]
+quiet = dict(one)
+for k in loose: quiet[k] = 0.1
+json.dump(quiet, open(sys.argv[2] + "/ungated-slow.json", "w"))
+partial = {k: 1.0 for k in b if k != gated[0]}
 json.dump(partial, open(sys.argv[2] + "/partial.json", "w"))
-broken = {"metrics": {"copy.x.pack": {"threshold": "high", "median": 1}}}
-json.dump(broken, open(sys.argv[2] + "/broken-baseline.json", "w"))
+open(sys.argv[2] + "/first", "w").write(gated[0])
+base = json.load(open(sys.argv[1]))
+broken = dict(base, metrics={"copy.x.pack": {"threshold": 1.5}})
+json.dump(broken, open(sys.argv[2] + "/broken-threshold.json", "w"))
+json.dump(dict(base, schema=1), open(sys.argv[2] + "/old-schema.json", "w"))
+json.dump(dict(base, reference_commit="main"), open(sys.argv[2] + "/no-commit.json", "w"))
 PY
-  out=$(timeout 60 python3 "${gate[@]}" --metrics "$tmp/at-median.json" 2>&1); rc=$?
-  [[ $rc -eq 0 ]] || die "metrics at the baseline medians: exit $rc: $out"
+  read -r copy eng engoff < "$tmp/names"
+  out=$(timeout 60 "${gate[@]}" --metrics "$tmp/unchanged.json" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || die "every metric at 1.0: exit $rc: $out"
   grep -q "perf-check: passed" <<<"$out" || die "no pass line: $out"
-  out=$(timeout 60 python3 "${gate[@]}" --metrics "$tmp/regressed.json" --report "$tmp/report.json" 2>&1); rc=$?
+  out=$(timeout 60 "${gate[@]}" --metrics "$tmp/regressed.json" --report "$tmp/report.json" 2>&1); rc=$?
   [[ $rc -eq 1 ]] || die "regressed metrics: exit $rc, expected 1: $out"
-  grep -Eq "copy.expert_w13.pack .*REGRESSED \(50.0% below threshold" <<<"$out" || die "pack regression not reported: $out"
-  grep -Eq "overhead.v1.memcpy_bytes .*REGRESSED \(200.0% above threshold" <<<"$out" || die "overhead regression not reported: $out"
-  grep -q "2 of .* metrics regressed" <<<"$out" || die "no summary line: $out"
-  python3 -c "import json,sys; r=json.load(open('$tmp/report.json')); sys.exit(0 if sorted(r['regressed'])==['copy.expert_w13.pack','overhead.v1.memcpy_bytes'] else 1)" \
+  grep -Eq "^  $copy .*REGRESSED \(50.0% slower than the reference\)" <<<"$out" || die "$copy not reported: $out"
+  grep -Eq "^  $eng .*REGRESSED \($engoff% slower than the reference\)" <<<"$out" || die "$eng not reported: $out"
+  grep -q "FAILED: 2 of .* gated metrics regressed" <<<"$out" || die "no summary line: $out"
+  python3 -c "import json,sys; r=json.load(open('$tmp/report.json')); sys.exit(0 if sorted(r['regressed'])==sorted(['$copy','$eng']) else 1)" \
     || die "report JSON does not list the regressed metrics"
-  out=$(timeout 60 python3 "$src/scripts/perf-check.py" --baseline "$tmp/broken-baseline.json" --metrics "$tmp/at-median.json" 2>&1); rc=$?
-  [[ $rc -eq 2 ]] || die "broken baseline: exit $rc, expected 2: $out"
-  grep -q "broken-baseline.json: metrics.copy.x.pack.threshold: expected a number" <<<"$out" || die "broken baseline message: $out"
-  out=$(timeout 60 python3 "${gate[@]}" --metrics "$tmp/partial.json" 2>&1); rc=$?
+  out=$(timeout 60 "${gate[@]}" --metrics "$tmp/ungated-slow.json" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || die "metrics out of the gate at 0.1: exit $rc, expected 0: $out"
+  for b in broken-threshold:"metrics.copy.x.pack.threshold: expected a relative speed in (0, 1]" \
+           old-schema:"schema: expected 2" no-commit:"reference_commit: expected the hex commit"; do
+    out=$(timeout 60 python3 "$src/scripts/perf-check.py" --baseline "$tmp/${b%%:*}.json" --metrics "$tmp/unchanged.json" 2>&1); rc=$?
+    [[ $rc -eq 2 ]] || die "${b%%:*}: exit $rc, expected 2: $out"
+    grep -qF "${b%%:*}.json: ${b#*:}" <<<"$out" || die "${b%%:*}: message: $out"
+  done
+  out=$(timeout 60 "${gate[@]}" --metrics "$tmp/partial.json" 2>&1); rc=$?
   [[ $rc -eq 2 ]] || die "a baseline metric not measured: exit $rc, expected 2: $out"
-  grep -q "metrics in the baseline were not measured: engine.v3.vs_broadcast" <<<"$out" || die "missing metric not named: $out"
-  echo "ok: pass at medians, two regressions named, unmeasured metric and broken baseline refused"
+  grep -q "metrics in the baseline were not measured: $(cat "$tmp/first")" <<<"$out" || die "missing metric not named: $out"
+  out=$(timeout 60 "${gate[@]}" --candidate-env SLOW --metrics "$tmp/unchanged.json" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] && grep -q "candidate-env: SLOW: expected NAME=VALUE" <<<"$out" || die "bad --candidate-env: exit $rc: $out"
+  out=$(timeout 60 "${gate[@]}" --reference-build "$tmp/nowhere" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] && grep -q "reference build: $tmp/nowhere/apps/shardsync not built" <<<"$out" || die "bad --reference-build: exit $rc: $out"
+  echo "ok: pass at 1.0, two regressions named, ungated metrics ignored, bad baselines and flags refused"
   ;;
-slow-copy)
-  out=$(SHARDSYNC_TEST_SLOW_COPY=6 timeout 600 python3 "${gate[@]}" --only copy --attempts 2 2>&1); rc=$?
-  [[ $rc -eq 1 ]] || die "slowed copy: exit $rc, expected 1 (regression): $out"
-  n=$(grep -Ec "^  copy\.[a-z0-9_]+\.(pack|unpack) .*REGRESSED" <<<"$out")
-  [[ $n -ge 8 ]] || die "slowed copy: only $n of 10 copy ratios reported as regressed: $out"
-  echo "ok: slowed copy kernel fails the gate ($n copy ratios regressed)"
+slow-copy|slow-v3)
+  if [[ $mode == slow-copy ]]; then hook=SHARDSYNC_TEST_SLOW_COPY=1.25; only=copy; want='copy\.[a-z0-9_]+\.(pack|pack_each|unpack)'
+  else hook=SHARDSYNC_TEST_SLOW_ENGINE=v3:1.2; only=engine; want='engine\.v3\.sync_s'; fi
+  out=$(timeout 900 "${gate[@]}" --reference-build "$build" --candidate-env "$hook" --only $only --rounds 3 \
+        --report "$tmp/report.json" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || die "$hook: exit $rc, expected 1 (regression): $out"
+  n=$(grep -Ec "^  $want .*REGRESSED" <<<"$out")
+  gated=$(python3 -c "import json,re; b=json.load(open('$baseline'))['metrics']; print(sum(1 for k,m in b.items() if m.get('gated',True) and re.fullmatch(r'$want',k)))")
+  [[ $gated -ge 1 ]] || die "the baseline gates no metric matching $want"
+  # Every gated metric the hook slows must be caught (a copy 25% slower is 0.8 of the reference).
+  [[ $n -eq $gated ]] || die "$hook: $n of $gated gated metrics matching $want regressed: $out"
+  echo "ok: $hook fails the gate ($n of $gated gated metrics regressed)"
   ;;
 *) die "unknown mode $mode" ;;
 esac
