@@ -45,8 +45,9 @@ run: build
 	$(SS) plan record --layout tiny-moe-local --out $(BUILD_DIR)/plans-tiny-moe-local.h5
 	$(MPIRUN) -np 6 $(SS) bench --layout tiny-moe-local --plans $(BUILD_DIR)/plans-tiny-moe-local.h5 --syncs 5
 
-# Everything CI runs: the full suite, then the unit tests under ASan+UBSan, the threaded
-# pipeline under TSan, and a short run of each fuzzer.
+# Everything CI runs: the full suite, then the unit tests and the mpirun engine tests (label
+# engine: every engine row, real producer and consumer) under ASan+UBSan and under TSan,
+# and a short run of each fuzzer.
 test: test-main test-asan test-tsan test-fuzz
 
 test-main: build
@@ -60,16 +61,19 @@ test-slurm: build deps-slurm
 test-asan: deps
 	@cmake -S . -B build-asan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=address,undefined >build-asan.configure.log 2>&1 \
 	  || { cat build-asan.configure.log; exit 1; }
-	cmake --build build-asan -j $(JOBS) --target $(UNIT_TESTS)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir build-asan -L unit --output-on-failure -j $(JOBS) --timeout 900
+	cmake --build build-asan -j $(JOBS) --target $(UNIT_TESTS) shardsync
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan -L 'unit|engine' --output-on-failure -j $(JOBS) --timeout 900
 
 # UCX is left out of the TSan build: its memory hooks (libucm) crash under TSan's interceptors.
 test-tsan: deps
 	@cmake -S . -B build-tsan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=thread -DSHARDSYNC_UCX=OFF >build-tsan.configure.log 2>&1 \
 	  || { cat build-tsan.configure.log; exit 1; }
-	cmake --build build-tsan -j $(JOBS) --target test_pipeline
+	cmake --build build-tsan -j $(JOBS) --target test_pipeline shardsync
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_pipeline
+	TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tests/tsan.supp \
+	  ctest --test-dir build-tsan -L engine --output-on-failure --timeout 900
 
 fuzz-build: deps
 	@cmake -S . -B build-fuzz $(SAN_FLAGS) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHARDSYNC_FUZZ=ON \
@@ -103,7 +107,8 @@ perf-check: build
 	python3 scripts/perf-check.py --build $(BUILD_DIR) --report $(BUILD_DIR)/perf-check.json
 
 perf-calibrate: build
-	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate $${PERF_CALIBRATE_RUNS:-6} --write-baseline results/perf-baseline.json
+	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate $${PERF_CALIBRATE_RUNS:-6} --report $(BUILD_DIR)/perf-calibration.json \
+	  --write-baseline results/perf-baseline.json
 
 format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

@@ -463,17 +463,22 @@ def calibrate(args):
     """K gate runs of the candidate against itself; thresholds from the lowest medians."""
     cand = Build("candidate", args.build)
     twin = Build("reference", args.build)
+    # The reference is the commit this build was made from (what was measured), so the
+    # build must record a clean commit; checked before the long measurement.
+    recorded = build_commit(cand)
+    full = git(args.source, "rev-parse", "--verify", "--quiet", recorded + "^{commit}")
+    commit = full.stdout.strip() if full.returncode == 0 and not recorded.endswith("-dirty") else ""
+    if args.write_baseline and not commit:
+        fail("--write-baseline: %s records commit '%s': the reference must be a commit of %s, so build from a "
+             "clean checkout (make build) first" % (args.build, recorded, args.source))
     runs = []
     for i in range(args.calibrate):
         print("perf-check: calibration run %d of %d (the build against itself, %d rounds)" % (i + 1, args.calibrate, args.rounds),
               flush=True)
         runs.append(summarize(measure_rounds(cand, twin, args.only, args.rounds)))
-    head = git(args.source, "rev-parse", "HEAD")
-    dirty = git(args.source, "status", "--porcelain", "--untracked-files=no")
-    commit = head.stdout.strip() if head.returncode == 0 else ""
-    if args.write_baseline and (not commit or dirty.stdout.strip()):
-        fail("--write-baseline: the source tree must be a clean checkout (the reference is its commit, "
-             "and a dirty tree has none)")
+        if args.report:  # every run so far, so that an interrupted calibration keeps its data
+            with open(args.report, "w") as f:
+                json.dump({"commit": commit or recorded, "machine": machine(), "runs": runs}, f, indent=1)
     metrics = {}
     for name in sorted(runs[0]):
         meds = [r[name]["speed"] for r in runs if r.get(name, {}).get("speed") is not None]
