@@ -77,7 +77,7 @@ PY
 slow-copy|slow-v3)
   if [[ $mode == slow-copy ]]; then hook=SHARDSYNC_TEST_SLOW_COPY=1.25; only=copy; want='copy\.[a-z0-9_]+\.(pack|pack_each|unpack)'
   else hook=SHARDSYNC_TEST_SLOW_ENGINE=v3:1.2; only=engine; want='engine\.v3\.sync_s'; fi
-  out=$(timeout 900 "${gate[@]}" --reference-build "$build" --candidate-env "$hook" --only $only --rounds 3 \
+  out=$(timeout 900 "${gate[@]}" --reference-build "$build" --candidate-env "$hook" --only $only \
         --report "$tmp/report.json" 2>&1); rc=$?
   [[ $rc -eq 1 ]] || die "$hook: exit $rc, expected 1 (regression): $out"
   n=$(grep -Ec "^  $want .*REGRESSED" <<<"$out")
