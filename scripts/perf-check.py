@@ -28,10 +28,13 @@ and it must reach the metric's threshold.
 
 Thresholds come from calibration (--calibrate K --write-baseline FILE): K gate runs of the
 build against itself (A/A: no change, so every relative speed is noise). For each metric,
-with lo the lowest of the K medians: threshold = min(lo - 0.03, 2 lo - 1) and at most 0.95,
-so the margin below 1.0 is at least twice the worst no-change dip. A metric whose threshold
-would fall below 0.85 is too noisy to catch a 15% regression on this kind of machine: it
-stays in the report and leaves the gate ("gated": false).
+sigma of one round is taken from the median absolute deviation of all K x rounds A/A
+relative speeds, sigma of the gate's median = 1.2533 sigma / sqrt(rounds), and the threshold
+= min(0.95, 1 - 3.5 sigma_median): a metric that did not change falls below it about once in
+4,000 gate runs if the noise is normal. A metric whose threshold would fall below 0.85 is too
+noisy to catch a 15% regression on this kind of machine: it stays in the report and leaves
+the gate ("gated": false). --from-calibration FILE recomputes the thresholds from the runs a
+calibration saved with --report.
 
 The reference build lives in BUILD/perf-ref/<commit> (source from git archive, configured like
 the candidate, only shardsync and shardsync-microbench built) and is reused by later runs.
@@ -61,7 +64,7 @@ MPIRUN = ["mpirun", "--oversubscribe"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 THRESHOLD_CAP = 0.95    # a 5% dip is always allowed as noise
 GATE_FLOOR = 0.85       # a metric that cannot catch a 15% regression leaves the gate
-MIN_MARGIN = 0.03       # below the lowest A/A median
+Z_SIGMAS = 3.5          # threshold: this many sigmas of the gate's median below 1.0
 # Rounds per step: the copy ratios pair each op with a memcpy inside one process and are quiet;
 # whole engine syncs vary 1.2-1.4x between processes on the 2-core VM (page placement, the
 # machine's drift), so their median needs more rounds to catch a 20% slower engine.
@@ -470,53 +473,77 @@ def now_utc():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def threshold_for(lows):
-    """From the lowest A/A median of a metric: (threshold, gated)."""
-    thr = min(THRESHOLD_CAP, lows - MIN_MARGIN, 2 * lows - 1)
+def noise_of(rounds, per_run):
+    """From every A/A round's relative speed of a metric: (sigma of one round, sigma of the
+    median of per_run rounds). sigma from the median absolute deviation (robust to the odd
+    disturbed round), the median's from the normal approximation 1.2533 sigma / sqrt(n)."""
+    med = statistics.median(rounds)
+    sigma = 1.4826 * statistics.median(abs(x - med) for x in rounds)
+    return sigma, 1.2533 * sigma / per_run ** 0.5
+
+
+def threshold_for(sigma_median):
+    """(threshold, gated): Z sigmas of the gate's median below 1.0, at most THRESHOLD_CAP."""
+    thr = min(THRESHOLD_CAP, 1 - Z_SIGMAS * sigma_median)
     return thr, thr >= GATE_FLOOR
 
 
 def calibrate(args):
-    """K gate runs of the candidate against itself; thresholds from the lowest medians."""
-    cand = Build("candidate", args.build)
-    twin = Build("reference", args.build)
-    # The reference is the commit this build was made from (what was measured), so the
-    # build must record a clean commit; checked before the long measurement.
-    recorded = build_commit(cand)
-    full = git(args.source, "rev-parse", "--verify", "--quiet", recorded + "^{commit}")
-    commit = full.stdout.strip() if full.returncode == 0 and not recorded.endswith("-dirty") else ""
-    if args.write_baseline and not commit:
-        fail("--write-baseline: %s records commit '%s': the reference must be a commit of %s, so build from a "
-             "clean checkout (make build) first" % (args.build, recorded, args.source))
-    runs = []
-    for i in range(args.calibrate):
-        print("perf-check: calibration run %d of %d (the build against itself; rounds %s)"
-              % (i + 1, args.calibrate, rounds_text(step_rounds(args))), flush=True)
-        runs.append(summarize(measure_rounds(cand, twin, step_rounds(args))))
-        if args.report:  # every run so far, so that an interrupted calibration keeps its data
-            with open(args.report, "w") as f:
-                json.dump({"commit": commit or recorded, "machine": machine(), "runs": runs}, f, indent=1)
+    """K gate runs of the candidate against itself (or the runs of an earlier calibration's
+    report, --from-calibration); thresholds from the noise of every A/A round."""
+    if args.from_calibration:
+        try:
+            with open(args.from_calibration) as f:
+                saved = json.load(f)
+            runs, commit, where = saved["runs"], saved["commit"], saved["machine"]
+        except (OSError, ValueError, KeyError) as e:
+            fail("--from-calibration %s: %s" % (args.from_calibration, e))
+        rounds = saved.get("rounds") or step_rounds(args)
+        if args.write_baseline and (not re.fullmatch(r"[0-9a-f]{40}", commit)):
+            fail("--from-calibration %s: commit '%s' is not a clean commit" % (args.from_calibration, commit))
+    else:
+        cand = Build("candidate", args.build)
+        twin = Build("reference", args.build)
+        # The reference is the commit this build was made from (what was measured), so the
+        # build must record a clean commit; checked before the long measurement.
+        recorded = build_commit(cand)
+        full = git(args.source, "rev-parse", "--verify", "--quiet", recorded + "^{commit}")
+        commit = full.stdout.strip() if full.returncode == 0 and not recorded.endswith("-dirty") else ""
+        if args.write_baseline and not commit:
+            fail("--write-baseline: %s records commit '%s': the reference must be a commit of %s, so build from a "
+                 "clean checkout (make build) first" % (args.build, recorded, args.source))
+        where, rounds, runs = machine(), step_rounds(args), []
+        for i in range(args.calibrate):
+            print("perf-check: calibration run %d of %d (the build against itself; rounds %s)"
+                  % (i + 1, args.calibrate, rounds_text(rounds)), flush=True)
+            runs.append(summarize(measure_rounds(cand, twin, rounds)))
+            if args.report:  # every run so far, so that an interrupted calibration keeps its data
+                with open(args.report, "w") as f:
+                    json.dump({"commit": commit or recorded, "machine": where, "rounds": rounds, "runs": runs}, f, indent=1)
     metrics = {}
     for name in sorted(runs[0]):
         meds = [r[name]["speed"] for r in runs if r.get(name, {}).get("speed") is not None]
-        lo, hi = min(meds), max(meds)
-        thr, gated = threshold_for(lo)
-        metrics[name] = {"threshold": round(thr, 4), "gated": gated, "aa_low": round(lo, 4), "aa_high": round(hi, 4),
+        all_rounds = [x for r in runs for x in r.get(name, {}).get("rounds", [])]
+        sigma, sigma_m = noise_of(all_rounds, rounds[name.split(".")[0]])
+        thr, gated = threshold_for(sigma_m)
+        metrics[name] = {"threshold": round(thr, 4), "gated": gated, "sigma_round": round(sigma, 4),
+                         "sigma_median": round(sigma_m, 4), "aa_rounds": len(all_rounds),
                          "aa_medians": [round(m, 4) for m in meds],
                          "value_median": round(statistics.median(r[name]["candidate"] for r in runs), 6),
                          "higher_is_better": higher_is_better(name)}
     out = {"schema": 2, "reference_commit": commit,
            "method": "relative speed candidate/reference (reference/candidate where lower is better), median over "
                      "interleaved rounds (%s); thresholds from %d A/A gate runs of the reference build against itself: "
-                     "threshold = min(%.2f, lo - %.2f, 2 lo - 1) with lo the lowest A/A median; a metric whose "
+                     "sigma of one round from the median absolute deviation of all A/A rounds, sigma of the gate's "
+                     "median = 1.2533 sigma / sqrt(rounds), threshold = min(%.2f, 1 - %.1f sigma_median); a metric whose "
                      "threshold falls below %.2f is not gated; made by: scripts/perf-check.py --calibrate %d "
-                     "--write-baseline" % (rounds_text(step_rounds(args)), args.calibrate, THRESHOLD_CAP, MIN_MARGIN,
-                                                       GATE_FLOOR, args.calibrate),
-           "machine": machine(), "date_utc": now_utc(), "runs": len(runs), "rounds": step_rounds(args), "metrics": metrics}
-    print("# %-34s %8s %8s %9s %s" % ("metric", "A/A low", "A/A high", "threshold", "gated"))
+                     "--write-baseline" % (rounds_text(rounds), len(runs), THRESHOLD_CAP, Z_SIGMAS, GATE_FLOOR, len(runs)),
+           "machine": where, "date_utc": now_utc(), "runs": len(runs), "rounds": rounds, "metrics": metrics}
+    print("# %-34s %8s %8s %8s %8s %9s %s" % ("metric", "A/A low", "A/A high", "sigma", "sigma_m", "threshold", "gated"))
     for k, m in metrics.items():
-        print("  %-34s %8s %8s %9s %s" % (k, fmt(m["aa_low"]), fmt(m["aa_high"]), fmt(m["threshold"]),
-                                          "yes" if m["gated"] else "no (too noisy)"))
+        print("  %-34s %8s %8s %8s %8s %9s %s" % (k, fmt(min(m["aa_medians"])), fmt(max(m["aa_medians"])),
+                                                  fmt(m["sigma_round"]), fmt(m["sigma_median"]), fmt(m["threshold"]),
+                                                  "yes" if m["gated"] else "no (too noisy)"))
     if args.write_baseline:
         with open(args.write_baseline, "w") as f:
             json.dump(out, f, indent=1)
@@ -542,6 +569,8 @@ def main():
     ap.add_argument("--only", default=",".join(STEPS), help="steps to run: copy, engine, overhead (default: all)")
     ap.add_argument("--metrics", default="", help="judge these relative speeds (JSON name -> speed) instead of measuring")
     ap.add_argument("--calibrate", type=int, default=0, metavar="K", help="K A/A gate runs; print each metric's thresholds")
+    ap.add_argument("--from-calibration", default="", metavar="FILE",
+                    help="thresholds from the runs an earlier --calibrate saved with --report (no measuring)")
     ap.add_argument("--write-baseline", default="", metavar="FILE", help="with --calibrate: write the thresholds here")
     args = ap.parse_args()
     args.only = [s for s in args.only.split(",") if s]
@@ -550,7 +579,7 @@ def main():
             fail("--only: %s: expected a comma-separated list of %s" % (s, ", ".join(STEPS)))
     if args.rounds < 0:
         fail("--rounds: expected at least 1")
-    if args.calibrate:
+    if args.calibrate or args.from_calibration:
         return calibrate(args)
     return gate(args)
 
