@@ -62,9 +62,12 @@ test-asan: deps
 	@cmake -S . -B build-asan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=address,undefined >build-asan.configure.log 2>&1 \
 	  || { cat build-asan.configure.log; exit 1; }
 	cmake --build build-asan -j $(JOBS) --target $(UNIT_TESTS) shardsync
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan -L unit --output-on-failure -j $(JOBS) --timeout 900
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 OMPI_MCA_mca_base_component_disable_dlclose=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir build-asan -L 'unit|engine' --output-on-failure -j $(JOBS) --timeout 900
+	  ctest --test-dir build-asan -L engine --output-on-failure -j $(JOBS) --timeout 900
 
 # UCX is left out of the TSan build: its memory hooks (libucm) crash under TSan's interceptors.
 test-tsan: deps
