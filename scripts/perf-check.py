@@ -340,7 +340,7 @@ def compare(speeds, baseline):
             rows.append((name, fmt(v), "-", "new (no threshold yet)"))
             continue
         if not b.get("gated", True):
-            rows.append((name, fmt(v), "(%s)" % fmt(b["threshold"]), "not gated: too noisy here (A/A low %s)" % fmt(b.get("aa_low", 0))))
+            rows.append((name, fmt(v), "(%s)" % fmt(b["threshold"]), "not gated: too noisy here (sigma per round %s)" % fmt(b.get("sigma_round", 0))))
             continue
         if v >= b["threshold"]:
             rows.append((name, fmt(v), "≥ " + fmt(b["threshold"]), "ok"))
