@@ -30,7 +30,7 @@ Thresholds come from calibration (--calibrate K --write-baseline FILE): K gate r
 build against itself (A/A: no change, so every relative speed is noise). For each metric,
 sigma of one round is taken from the median absolute deviation of all K x rounds A/A
 relative speeds, sigma of the gate's median = 1.2533 sigma / sqrt(rounds), and the threshold
-= min(0.95, 1 - 3.5 sigma_median): a metric that did not change falls below it about once in
+= min(0.90, 1 - 3.5 sigma_median): a metric that did not change falls below it about once in
 4,000 gate runs if the noise is normal. A metric whose threshold would fall below 0.85 is too
 noisy to catch a 15% regression on this kind of machine: it stays in the report and leaves
 the gate ("gated": false). --from-calibration FILE recomputes the thresholds from the runs a
@@ -62,7 +62,7 @@ import time
 STEPS = ("copy", "engine", "overhead")
 MPIRUN = ["mpirun", "--oversubscribe"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-THRESHOLD_CAP = 0.95    # a 5% dip is always allowed as noise
+THRESHOLD_CAP = 0.90    # a 10% dip is always allowed: process-to-process noise the quiet calibration may not see
 GATE_FLOOR = 0.85       # a metric that cannot catch a 15% regression leaves the gate
 Z_SIGMAS = 3.5          # threshold: this many sigmas of the gate's median below 1.0
 # Rounds per step: the copy ratios pair each op with a memcpy inside one process and are quiet;

@@ -86,7 +86,7 @@ slow-copy|slow-v3)
   n=$(grep -Ec "^  $want .*REGRESSED" <<<"$out")
   gated=$(python3 -c "import json,re; b=json.load(open('$baseline'))['metrics']; print(sum(1 for k,m in b.items() if m.get('gated',True) and re.fullmatch(r'$want',k)))")
   [[ $gated -ge 1 ]] || die "the baseline gates no metric matching $want"
-  # A copy 25% slower is 0.8 of the reference, under every gated copy threshold (0.85-0.95):
+  # A copy 25% slower is 0.8 of the reference, under every gated copy threshold (0.85-0.90):
   # at least half of them must be caught (noise may lift one or two over), and v3's.
   [[ $((2 * n)) -ge $gated ]] || die "$hook: only $n of $gated gated metrics matching $want regressed: $out"
   echo "ok: $hook fails the gate ($n of $gated gated metrics regressed)"
