@@ -438,6 +438,7 @@ def gate(args):
     else:
         cand, ref, commit = sides(args, baseline)
         report["reference"] = {"commit": commit, "build": ref.path}
+        report["candidate"] = {"commit": build_commit(cand), "build": cand.path}
         per_round = measure_rounds(cand, ref, step_rounds(args))
         summary = summarize(per_round)
         speeds = {k: s["speed"] for k, s in summary.items()}
@@ -445,7 +446,9 @@ def gate(args):
     missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None]
     rows, regressed = compare(speeds, baseline)
     print("# performance gate: %d metrics, medians over rounds (%s), candidate %s against the reference %s"
-          % (len(speeds), rounds_text(step_rounds(args)), args.build, report.get("reference", {}).get("commit", "(given speeds)")))
+          % (len(speeds), rounds_text(step_rounds(args)),
+             "%s (%s)" % (args.build, report["candidate"]["commit"]) if "candidate" in report else args.build,
+             report.get("reference", {}).get("commit", "(given speeds)")))
     print("# thresholds: %s (calibrated on %s)" % (args.baseline, baseline.get("machine", "?")))
     if summary:
         rows = [(r[0], fmt(summary[r[0]]["candidate"]),
