@@ -13,283 +13,11 @@
 
 #include "common/error.hpp"
 #include "device/device.hpp"
-#include "device/synth_hash.hpp"
 #include "common/check.hpp"
-#include "strided.cuh"
+#include "copy_kernels.cuh"
 
 namespace shardsync {
 
-namespace kernels {
-
-namespace {
-
-// Element offsets of outer iteration r of a job (DevJob, TransposeJob): its outer loops
-// walked with the innermost fastest.
-template <class Job>
-__device__ __forceinline__ void run_base(const Job& j, int64_t r, int64_t* s, int64_t* d) {
-  int64_t so = j.src_offset, dof = j.dst_offset;
-  for (int k = j.outer - 1; k >= 0; --k) {
-    int64_t n = j.size[k];
-    int64_t i = r % n;
-    r /= n;
-    so += i * j.src_stride[k];
-    dof += i * j.dst_stride[k];
-  }
-  *s = so;
-  *d = dof;
-}
-
-template <int V>
-struct Vec;
-template <>
-struct Vec<16> {
-  using T = uint4;
-};
-template <>
-struct Vec<8> {
-  using T = uint2;
-};
-template <>
-struct Vec<4> {
-  using T = uint32_t;
-};
-template <>
-struct Vec<2> {
-  using T = uint16_t;
-};
-template <>
-struct Vec<1> {
-  using T = uint8_t;
-};
-
-// A job's runs are contiguous on both sides: its units are vectors (or single elements of
-// stride 1), so unit w of a run starts w * (unit_bytes / elem_bytes) elements in.
-__host__ __device__ __forceinline__ bool runs_contiguous(const DevJob& j) {
-  return j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
-}
-
-// One unit of a job: `s`/`d` are the run's first element; `w` the unit within the run.
-template <int V>
-__device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, int64_t w, unsigned long long* bad,
-                                        unsigned long long* first, int job_idx) {
-  using T = typename Vec<V>::T;
-  const int eb = j.elem_bytes;
-  const bool contiguous = runs_contiguous(j);
-  int64_t per = V / eb;  // elements per unit (1 when elementwise)
-  int64_t se = contiguous ? s + w * per : s + w * j.inner_src_stride;
-  int64_t de = contiguous ? d + w * per : d + w * j.inner_dst_stride;
-  uint8_t* dp = j.dst + de * eb;
-  if (j.mode == kCopy) {
-    *reinterpret_cast<T*>(dp) = *reinterpret_cast<const T*>(j.src + se * eb);
-    return;
-  }
-  // Synthetic values of `per` consecutive source elements, packed little-endian.
-  union {
-    T v;
-    uint8_t b[V];
-  } u;
-  for (int64_t e = 0; e < per; ++e) {
-    uint32_t x = j.mode == kZero ? 0u : synth_bits(j.seed, se + e);
-    for (int k = 0; k < eb; ++k) u.b[e * eb + k] = k < 4 ? uint8_t(x >> (8 * k)) : 0;
-  }
-  if (j.mode == kVerify) {
-    union {
-      T v;
-      uint8_t b[V];
-    } got;
-    got.v = *reinterpret_cast<const T*>(dp);
-    for (int64_t e = 0; e < per; ++e) {
-      bool same = true;
-      for (int k = 0; k < eb; ++k) same = same && got.b[e * eb + k] == u.b[e * eb + k];
-      if (!same) {
-        atomicAdd(bad, 1ull);
-        atomicMin(first, (static_cast<unsigned long long>(job_idx) << 40) | static_cast<unsigned long long>(de + e));
-      }
-    }
-    return;
-  }
-  *reinterpret_cast<T*>(dp) = u.v;
-}
-
-// A copy of one contiguous run on both sides, moved in whole vector units.
-__host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
-  return j.mode == kCopy && j.runs == 1 && runs_contiguous(j);
-}
-
-// A copy of rows: several runs, one outer loop (the row-parallel column slices, o_proj and
-// down_proj halves), at most 2^31 units. Units [u, end) of the tile, four loads in flight
-// per thread; a unit's run and place in it come from a 32-bit division, so a thread keeps
-// no walking state (48 registers, five blocks of 256 per SM). Through a CUDA IPC mapping
-// these copies still read at 59% of a contiguous copy, as every earlier form of this path
-// did (walked 64-bit state, launch bounds, fields in registers); from local memory they
-// run at the contiguous rate: results/gpu/one-pass/README.md.
-__host__ __device__ __forceinline__ bool is_rows(const DevJob& j) {
-  return j.mode == kCopy && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
-}
-
-template <int V>
-__device__ __forceinline__ void copy_rows(const DevJob& j, int64_t u, int64_t end) {
-  using T = typename Vec<V>::T;
-  const int64_t eb = j.elem_bytes;
-  const bool contiguous = runs_contiguous(j);
-  const int64_t us = (contiguous ? V / eb : j.inner_src_stride) * eb;  // bytes from unit to unit of a run
-  const int64_t ud = (contiguous ? V / eb : j.inner_dst_stride) * eb;
-  const int64_t rs = j.src_stride[0] * eb, rd = j.dst_stride[0] * eb;  // bytes from run to run
-  const uint8_t* const src = j.src + j.src_offset * eb;
-  uint8_t* const dst = j.dst + j.dst_offset * eb;
-  const uint32_t ru = uint32_t(j.run_units), e = uint32_t(end), step = blockDim.x;
-  for (uint32_t x = uint32_t(u); x < e; x += 4 * step) {
-    T v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t y = x + k * step, r = y / ru;
-      if (y < e) v[k] = *reinterpret_cast<const T*>(src + r * rs + (y - r * ru) * us);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t y = x + k * step, r = y / ru;
-      if (y < e) *reinterpret_cast<T*>(dst + r * rd + (y - r * ru) * ud) = v[k];
-    }
-  }
-}
-
-// The job of tile b: the last with first_tile[j] <= b (first_tile ascending, [0] = 0).
-__device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, int jobs, int64_t b) {
-  int lo = 0, hi = jobs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (__ldg(first_tile + mid) <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// Any job (the kernel without kRows): one-run copies as plain vector copies, the rest
-// unit by unit.
-template <int V>
-__device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end, unsigned long long* bad,
-                                         unsigned long long* first) {
-  if (is_one_run(j)) {
-    // One contiguous run (whole rows of a column-parallel slice, whole tensors): a plain
-    // vector copy, four units in flight per thread.
-    using T = typename Vec<V>::T;
-    const T* src = reinterpret_cast<const T*>(j.src + j.src_offset * j.elem_bytes);
-    T* dst = reinterpret_cast<T*>(j.dst + j.dst_offset * j.elem_bytes);
-    const int64_t step = blockDim.x;
-    for (; u + 3 * step < end; u += 4 * step) {
-      T a = src[u], b = src[u + step], c = src[u + 2 * step], e = src[u + 3 * step];
-      dst[u] = a;
-      dst[u + step] = b;
-      dst[u + 2 * step] = c;
-      dst[u + 3 * step] = e;
-    }
-    for (; u < end; u += step) dst[u] = src[u];
-    return;
-  }
-  if (j.run_units >= blockDim.x) {
-    // Long runs: locate the run once, then walk it; re-locate only when crossing a run.
-    int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
-    run_base(j, r, &s, &d);
-    for (; u < end; u += blockDim.x) {
-      do_unit<V>(j, s, d, w, bad, first, j.id);
-      w += blockDim.x;
-      while (w >= j.run_units && u + blockDim.x < end) {
-        w -= j.run_units;
-        run_base(j, ++r, &s, &d);
-      }
-    }
-  } else {
-    for (; u < end; u += blockDim.x) {
-      int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
-      run_base(j, r, &s, &d);
-      do_unit<V>(j, s, d, w, bad, first, j.id);
-    }
-  }
-}
-
-// Jobs of one vector width V. kRows: copies of rows only (copy_rows); else any job.
-template <int V, bool kRows>
-__global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
-                            unsigned long long* first) {
-  const int64_t b = blockIdx.x;
-  const int ji = find_job(first_tile, njobs, b);
-  const DevJob& j = jobs[ji];
-  const int64_t first_unit = (b - first_tile[ji]) * kTileUnits;
-  const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
-  int64_t u = first_unit + threadIdx.x;
-  if (u >= end) return;
-  if constexpr (kRows) copy_rows<V>(j, u, end);
-  else copy_any<V>(j, u, end, bad, first);
-}
-
-// Where tile b of a transposing job starts: the outer iteration's element offsets and the
-// tile's first i and j (tiles of `side` x `side`, along i first).
-__device__ __forceinline__ void tile_origin(const TransposeJob& j, int64_t b, int64_t side, int64_t* so, int64_t* dof,
-                                            int64_t* i0, int64_t* j0) {
-  const int64_t o = b / j.tiles, t = b - o * j.tiles;
-  run_base(j, o, so, dof);
-  *i0 = (t % j.tiles_i) * side;
-  *j0 = (t / j.tiles_i) * side;
-}
-
-// Block (kTransposeTile, 8): each block moves tiles b, b + gridDim.x, ... of j.total.
-template <class T>
-__global__ void transpose_kernel(TransposeJob j) {
-  __shared__ T tile[kTransposeTile][kTransposeTile + 1];  // + 1: column reads spread over banks
-  const T* src = reinterpret_cast<const T*>(j.src);
-  T* dst = reinterpret_cast<T*>(j.dst);
-  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
-  for (int64_t b = blockIdx.x; b < j.total; b += gridDim.x) {
-    int64_t so, dof, i0, j0;
-    tile_origin(j, b, kTransposeTile, &so, &dof, &i0, &j0);
-    for (int r = ty; r < kTransposeTile; r += int(blockDim.y))  // along source rows j0 + r
-      if (i0 + tx < j.ni && j0 + r < j.nj) tile[r][tx] = src[so + i0 + tx + (j0 + r) * j.ss];
-    __syncthreads();
-    for (int r = ty; r < kTransposeTile; r += int(blockDim.y))  // along destination rows i0 + r
-      if (i0 + r < j.ni && j0 + tx < j.nj) dst[dof + (i0 + r) * j.ds + j0 + tx] = tile[tx][r];
-    __syncthreads();
-  }
-}
-
-// 16-bit elements in pairs, where every offset, stride and base allows 4-byte accesses:
-// 64 x 64 tiles, 32-bit loads along source rows and 32-bit stores along destination rows (a
-// warp moves 128 bytes a row, where single 16-bit elements move 64). Tiles past the edges go
-// element by element.
-__global__ void transpose16_kernel(TransposeJob j) {
-  constexpr int kT = 2 * kTransposeTile;
-  __shared__ uint16_t tile[kT][kT + 1];  // odd row length: column reads spread over banks
-  const uint16_t* src = reinterpret_cast<const uint16_t*>(j.src);
-  uint16_t* dst = reinterpret_cast<uint16_t*>(j.dst);
-  const int tx = int(threadIdx.x), ty = int(threadIdx.y), ry = int(blockDim.y);
-  for (int64_t b = blockIdx.x; b < j.total; b += gridDim.x) {
-    int64_t so, dof, i0, j0;
-    tile_origin(j, b, kT, &so, &dof, &i0, &j0);
-    if (i0 + kT <= j.ni && j0 + kT <= j.nj) {  // the same for the whole block
-      for (int r = ty; r < kT; r += ry) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(src + so + i0 + 2 * tx + (j0 + r) * j.ss);
-        tile[r][2 * tx] = uint16_t(w);
-        tile[r][2 * tx + 1] = uint16_t(w >> 16);
-      }
-      __syncthreads();
-      for (int r = ty; r < kT; r += ry)
-        *reinterpret_cast<uint32_t*>(dst + dof + (i0 + r) * j.ds + j0 + 2 * tx) =
-            uint32_t(tile[2 * tx][r]) | (uint32_t(tile[2 * tx + 1][r]) << 16);
-    } else {
-      for (int r = ty; r < kT; r += ry)
-        for (int c = tx; c < kT; c += kTransposeTile)
-          if (i0 + c < j.ni && j0 + r < j.nj) tile[r][c] = src[so + i0 + c + (j0 + r) * j.ss];
-      __syncthreads();
-      for (int r = ty; r < kT; r += ry)
-        for (int c = tx; c < kT; c += kTransposeTile)
-          if (i0 + r < j.ni && j0 + c < j.nj) dst[dof + (i0 + r) * j.ds + j0 + c] = tile[c][r];
-    }
-    __syncthreads();
-  }
-}
-
-}  // namespace
-
-}  // namespace kernels
 
 namespace {
 
@@ -520,15 +248,18 @@ class CudaDevice : public Device {
     CUDA_CHECK(cudaFreeAsync(d, s));
   }
 
+  // Copies read their sources through the read-only path (load_src in copy_kernels.cuh).
+  static constexpr bool kNcLoads = true;
+
   template <bool kRows>
   static void launch_jobs(int v, unsigned grid, cudaStream_t s, const DevJob* dj, const int64_t* dt, int n,
                           unsigned long long* bad) {
     switch (v) {
-      case 16: kernels::jobs_kernel<16, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 8: kernels::jobs_kernel<8, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 4: kernels::jobs_kernel<4, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 2: kernels::jobs_kernel<2, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      default: kernels::jobs_kernel<1, kRows><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 16: kernels::jobs_kernel<16, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 8: kernels::jobs_kernel<8, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 4: kernels::jobs_kernel<4, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 2: kernels::jobs_kernel<2, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      default: kernels::jobs_kernel<1, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
     }
   }
 

@@ -5,9 +5,12 @@
 // in flight per thread (the batched kernel's shape); "stream" with __ldcs/__stcs; "scatter"
 // takes the tiles in a scattered order; "pair" interleaves the two complementary halves
 // (tiles alternate), as one launch for both TP ranks would. Every byte checked after it is
-// timed. One JSON line per case.
+// timed. One JSON line per case. In-order cases also run the engine's own batched kernel
+// (kernels/copy_kernels.cuh, jobs_kernel) on the same bytes: as one job, and cut into jobs
+// of 16 MiB (a TP2 o_proj half), with plain and with read-only-path (ld.global.nc) source
+// loads ("kernel": sweep, engine, engine-nc).
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/strided_sweep.cu -o strided_sweep -lcuda
+//   nvcc -O3 -arch=sm_90 -std=c++17 -Ilib -Ikernels bench/gpu/strided_sweep.cu -o strided_sweep -lcuda
 //   ./strided_sweep [reps] [GiB] [local|ipc|vmm|vmm-local]
 //
 // ipc: the source lives in a child process and is read through a CUDA IPC mapping (the
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "copy_kernels.cuh"
 
 constexpr int64_t kTile = 8192;  // 16-byte units per block
 
@@ -190,6 +194,71 @@ int recv_fd(int sock) {
   return fd;
 }
 
+// The engine's batched kernel on a case: the dense units [0, n) <-> runs of ru units every su
+// (first at ou), cut into jobs of `per_job` runs; kNc picks the source loads. Median time
+// in ms over reps (after one warm-up); the destination is then what `copy` writes.
+template <bool kNc>
+float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su, int64_t ou, bool unpack,
+                    int64_t per_job, int reps, cudaEvent_t e0, cudaEvent_t e1) {
+  namespace K = shardsync::kernels;
+  std::vector<K::DevJob> jobs;
+  std::vector<int64_t> first;
+  const int64_t runs = n / ru;
+  const bool one_run = ru == su && ou == 0;  // contiguous: one run per job (the one-run path)
+  int64_t tiles = 0;
+  for (int64_t r0 = 0; r0 < runs; r0 += per_job) {
+    const int64_t k = std::min(per_job, runs - r0);
+    K::DevJob j{};
+    j.src = reinterpret_cast<const uint8_t*>(s);
+    j.dst = reinterpret_cast<uint8_t*>(d);
+    j.elem_bytes = j.unit_bytes = 16;
+    j.mode = K::kCopy;
+    j.inner_src_stride = j.inner_dst_stride = 1;
+    const int64_t strided = ou + r0 * su, dense = r0 * ru;
+    j.src_offset = unpack ? dense : strided;
+    j.dst_offset = unpack ? strided : dense;
+    if (one_run) {
+      j.runs = 1;
+      j.run_units = k * ru;
+    } else {
+      j.outer = 1;
+      j.runs = j.size[0] = k;
+      j.run_units = ru;
+      j.src_stride[0] = unpack ? ru : su;
+      j.dst_stride[0] = unpack ? su : ru;
+    }
+    j.id = int32_t(jobs.size());
+    jobs.push_back(j);
+    first.push_back(tiles);
+    tiles += (j.runs * j.run_units + K::kTileUnits - 1) / K::kTileUnits;
+  }
+  K::DevJob* dj;
+  int64_t* dt;
+  unsigned long long* bad;
+  CK(cudaMalloc(&dj, jobs.size() * sizeof(K::DevJob)));
+  CK(cudaMalloc(&dt, first.size() * sizeof(int64_t)));
+  CK(cudaMalloc(&bad, 2 * sizeof(unsigned long long)));
+  CK(cudaMemcpy(dj, jobs.data(), jobs.size() * sizeof(K::DevJob), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dt, first.data(), first.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  std::vector<float> ms;
+  for (int r = 0; r <= reps; ++r) {
+    CK(cudaEventRecord(e0));
+    if (one_run) K::jobs_kernel<16, false, kNc><<<unsigned(tiles), 256>>>(dj, dt, int(jobs.size()), bad, bad + 1);
+    else K::jobs_kernel<16, true, kNc><<<unsigned(tiles), 256>>>(dj, dt, int(jobs.size()), bad, bad + 1);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    if (r) ms.push_back(t);
+  }
+  CK(cudaFree(dj));
+  CK(cudaFree(dt));
+  CK(cudaFree(bad));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int64_t moved = int64_t(argc > 2 ? std::atoi(argv[2]) : 1) << 30, src_bytes = 4 * moved;
@@ -304,6 +373,22 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   int failures = 0;
+  // One variant of a case: time it (median ms), then check every byte it wrote.
+  auto report = [&](const Case& c, const char* kernel, int64_t jobs, float ms_median, int64_t n, int64_t ru,
+                    int64_t su, int64_t ou) {
+    CK(cudaMemset(bad, 0, sizeof *bad));
+    check<<<2048, 256>>>(d, n, ru, su, ou, c.order, c.unpack, bad);
+    unsigned long long wrong = 0;
+    CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
+    failures += wrong != 0;
+    const double t = ms_median / 1e3;
+    std::printf(
+        "{\"source\": \"%s\", \"case\": \"%s\", \"kernel\": \"%s\", \"jobs\": %lld, \"stride\": %lld, "
+        "\"run\": %lld, \"bytes\": %lld, \"time_s\": %.6e, \"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
+        mode.c_str(), c.name, kernel, (long long)jobs, (long long)c.stride, (long long)c.run, (long long)moved, t,
+        moved / t / 1e9, wrong);
+    std::fflush(stdout);
+  };
   for (const Case& c : cases) {
     const int64_t ru = c.run / 16, su = c.stride / 16, ou = c.offset / 16;
     const int64_t n = (c.order == 2 ? moved / 2 : moved) / 16;  // dense units per half
@@ -324,18 +409,17 @@ int main(int argc, char** argv) {
       if (r) ms.push_back(t);  // the first is a warm-up
     }
     std::sort(ms.begin(), ms.end());
-    CK(cudaMemset(bad, 0, sizeof *bad));
-    check<<<2048, 256>>>(d, n, ru, su, ou, c.order, c.unpack, bad);
-    unsigned long long wrong = 0;
-    CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
-    failures += wrong != 0;
-    const double t = ms[ms.size() / 2] / 1e3;
-    std::printf(
-        "{\"source\": \"%s\", \"case\": \"%s\", \"stride\": %lld, \"run\": %lld, \"bytes\": %lld, "
-        "\"time_s\": %.6e, "
-        "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
-        mode.c_str(), c.name, (long long)c.stride, (long long)c.run, (long long)moved, t,
-        moved / t / 1e9, wrong);
+    report(c, "sweep", 1, ms[ms.size() / 2], n, ru, su, ou);
+    if (c.order != 0) continue;
+    const int64_t runs = n / ru, per_16m = std::max<int64_t>(1, (int64_t(16) << 20) / c.run);
+    for (int64_t per_job : {runs, per_16m}) {
+      CK(cudaMemset(d, 0, size_t(moved)));
+      report(c, "engine", (runs + per_job - 1) / per_job,
+             engine_kernel<false>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1), n, ru, su, ou);
+      CK(cudaMemset(d, 0, size_t(moved)));
+      report(c, "engine-nc", (runs + per_job - 1) / per_job,
+             engine_kernel<true>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1), n, ru, su, ou);
+    }
   }
   std::printf("{\"failures\": %d}\n", failures);
   if (ipc) CK(cudaIpcCloseMemHandle(s));
