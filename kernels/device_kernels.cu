@@ -248,8 +248,12 @@ class CudaDevice : public Device {
     CUDA_CHECK(cudaFreeAsync(d, s));
   }
 
-  // Copies read their sources through the read-only path (load_src in copy_kernels.cuh).
-  static constexpr bool kNcLoads = true;
+  // Plain source loads. The read-only path (ld.global.nc, load_src in copy_kernels.cuh) was
+  // measured on an H200 at 841fa50 and made no difference: the engine's kernel moved the
+  // same bytes at the same rate with either load, locally and through a CUDA IPC mapping
+  // (results/gpu/one-pass/nc-loads/), so the engine keeps the load without the promise
+  // that nothing writes a source while it is read. strided_sweep runs both.
+  static constexpr bool kNcLoads = false;
 
   template <bool kRows>
   static void launch_jobs(int v, unsigned grid, cudaStream_t s, const DevJob* dj, const int64_t* dt, int n,

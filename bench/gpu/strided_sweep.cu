@@ -195,19 +195,20 @@ int recv_fd(int sock) {
 }
 
 // The engine's batched kernel on a case: the dense units [0, n) <-> runs of ru units every su
-// (first at ou), cut into jobs of `per_job` runs; kNc picks the source loads. Median time
-// in ms over reps (after one warm-up); the destination is then what `copy` writes.
+// (first at ou), cut into jobs of `per_job` runs, and where ru does not divide n, one more
+// job for the last, partial run; kNc picks the source loads. Median time in ms over reps
+// (after one warm-up); the destination is then what `copy` writes. *njobs: the jobs launched.
 template <bool kNc>
 float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su, int64_t ou, bool unpack,
-                    int64_t per_job, int reps, cudaEvent_t e0, cudaEvent_t e1) {
+                    int64_t per_job, int reps, cudaEvent_t e0, cudaEvent_t e1, int64_t* njobs) {
   namespace K = shardsync::kernels;
   std::vector<K::DevJob> jobs;
   std::vector<int64_t> first;
-  const int64_t runs = n / ru;
+  const int64_t runs = n / ru, tail = n - runs * ru;
   const bool one_run = ru == su && ou == 0;  // contiguous: one run per job (the one-run path)
   int64_t tiles = 0;
-  for (int64_t r0 = 0; r0 < runs; r0 += per_job) {
-    const int64_t k = std::min(per_job, runs - r0);
+  // Runs [r0, r0 + k), each of `units` (ru, or the tail's fewer for the partial last run).
+  auto add = [&](int64_t r0, int64_t k, int64_t units) {
     K::DevJob j{};
     j.src = reinterpret_cast<const uint8_t*>(s);
     j.dst = reinterpret_cast<uint8_t*>(d);
@@ -219,11 +220,11 @@ float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su,
     j.dst_offset = unpack ? strided : dense;
     if (one_run) {
       j.runs = 1;
-      j.run_units = k * ru;
+      j.run_units = k * units;
     } else {
       j.outer = 1;
       j.runs = j.size[0] = k;
-      j.run_units = ru;
+      j.run_units = units;
       j.src_stride[0] = unpack ? ru : su;
       j.dst_stride[0] = unpack ? su : ru;
     }
@@ -231,7 +232,10 @@ float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su,
     jobs.push_back(j);
     first.push_back(tiles);
     tiles += (j.runs * j.run_units + K::kTileUnits - 1) / K::kTileUnits;
-  }
+  };
+  for (int64_t r0 = 0; r0 < runs; r0 += per_job) add(r0, std::min(per_job, runs - r0), ru);
+  if (tail) add(runs, 1, tail);
+  *njobs = int64_t(jobs.size());
   K::DevJob* dj;
   int64_t* dt;
   unsigned long long* bad;
@@ -413,12 +417,13 @@ int main(int argc, char** argv) {
     if (c.order != 0) continue;
     const int64_t runs = n / ru, per_16m = std::max<int64_t>(1, (int64_t(16) << 20) / c.run);
     for (int64_t per_job : {runs, per_16m}) {
-      CK(cudaMemset(d, 0, size_t(moved)));
-      report(c, "engine", (runs + per_job - 1) / per_job,
-             engine_kernel<false>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1), n, ru, su, ou);
-      CK(cudaMemset(d, 0, size_t(moved)));
-      report(c, "engine-nc", (runs + per_job - 1) / per_job,
-             engine_kernel<true>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1), n, ru, su, ou);
+      int64_t jobs = 0;
+      CK(cudaMemset(d, 0, size_t(src_bytes)));
+      float t = engine_kernel<false>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1, &jobs);
+      report(c, "engine", jobs, t, n, ru, su, ou);
+      CK(cudaMemset(d, 0, size_t(src_bytes)));
+      t = engine_kernel<true>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1, &jobs);
+      report(c, "engine-nc", jobs, t, n, ru, su, ou);
     }
   }
   std::printf("{\"failures\": %d}\n", failures);
