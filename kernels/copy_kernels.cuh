@@ -123,10 +123,12 @@ __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
 // A copy of rows: several runs, one outer loop (the row-parallel column slices, o_proj and
 // down_proj halves), at most 2^31 units. Units [u, end) of the tile, four loads in flight
 // per thread; a unit's run and place in it come from a 32-bit division, so a thread keeps
-// no walking state (48 registers, five blocks of 256 per SM). Through a CUDA IPC mapping
-// these copies still read at 59% of a contiguous copy, as every earlier form of this path
-// did (walked 64-bit state, launch bounds, fields in registers); from local memory they
-// run at the contiguous rate: results/gpu/one-pass/README.md.
+// no walking state (48 registers, five blocks of 256 per SM). In the kernel bench's --ipc
+// run (Qwen3-8B TP2's pieces through a CUDA IPC mapping) these copies read at 59-60% of a
+// contiguous copy, as every earlier form of this path did (walked 64-bit state, launch
+// bounds, fields in registers, ld.global.nc); on the strided sweep's patterns, locally and
+// through a mapping, this same kernel runs at the contiguous rate
+// (results/gpu/one-pass/README.md, results/gpu/one-pass/nc-loads/).
 __host__ __device__ __forceinline__ bool is_rows(const DevJob& j) {
   return j.mode == kCopy && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
 }
