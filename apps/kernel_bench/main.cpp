@@ -7,6 +7,9 @@
 // unpack: that buffer -> the rank's engine parameters (strided destinations)
 // memcpy: the same number of bytes, one contiguous device-to-device (or host) copy
 //
+// Both: the pack's strided pieces alone (runs shorter than the tensor: row-parallel slices).
+// --align: where the HF tensors and the packed pieces start (default 256 bytes).
+//
 // --ipc (cuda): the HF tensors live in a child process and are read through a CUDA IPC
 // mapping, as a one-pass read does; rows for a contiguous copy of the same bytes over the
 // mapping (the batched kernel), the pack, and the pack's strided pieces alone (runs shorter
@@ -44,6 +47,7 @@ struct Options {
   int layers = 1;
   int reps = 10;
   bool ipc = false;
+  int64_t align = 256;  // bytes: where each HF tensor and each packed piece starts
   std::string json;
 };
 
@@ -103,7 +107,7 @@ int run(const Options& o) {
     if (in_groups(e) && hf_offset[size_t(e.hf_param)] < 0) {
       hf_offset[size_t(e.hf_param)] = hf_bytes;
       hf_places.emplace_back(e.hf_param, hf_bytes);
-      hf_bytes += (m.param(e.hf_param).bytes() + 255) / 256 * 256;
+      hf_bytes += (m.param(e.hf_param).bytes() + o.align - 1) / o.align * o.align;
     }
   int to_child[2] = {-1, -1}, to_parent[2] = {-1, -1};
   pid_t child = -1;
@@ -138,7 +142,7 @@ int run(const Options& o) {
   for (const PlanEntry& e : plan.entries) {
     if (!in_groups(e)) continue;
     placed.emplace_back(&e, bytes);
-    bytes += (e.numel() * dtype_bytes(m.param(e.hf_param).dtype) + 15) / 16 * 16;
+    bytes += (e.numel() * dtype_bytes(m.param(e.hf_param).dtype) + o.align - 1) / o.align * o.align;
   }
   if (placed.empty()) throw Error("no plan entries in the chosen layers");
   packed = DeviceBuffer(dev.get(), bytes);
@@ -191,9 +195,9 @@ int run(const Options& o) {
   double t_unpack = time_it(*dev, o.reps, [&] { dev->copy(unpack); });
   double t_ipc = 0, t_strided = 0;
   int64_t ipc_wrong = 0;
+  if (!strided.empty()) t_strided = time_it(*dev, o.reps, [&] { dev->copy(strided); });
   if (mapped) {
     t_ipc = time_it(*dev, o.reps, [&] { dev->copy(ipc_copy); });
-    if (!strided.empty()) t_strided = time_it(*dev, o.reps, [&] { dev->copy(strided); });
     // The contiguous copy checked against the source's bytes, tensor by tensor.
     std::vector<SynthJob> check_ipc;
     for (auto [p, off] : hf_places) {
@@ -226,6 +230,9 @@ int run(const Options& o) {
   t.add_row({"unpack", fmt_int(int64_t(unpack.size())), fmt_int(moved), fmt_fixed(t_unpack * 1e6, 1),
              fmt_fixed(gbps(t_unpack), 1), fmt_fixed(100 * t_copy / t_unpack, 1), fmt_int(wrong)});
   auto bw = [](int64_t b, double s) { return 2.0 * double(b) / s / 1e9; };
+  if (!mapped && !strided.empty())
+    t.add_row({"strided", fmt_int(int64_t(strided.size())), fmt_int(strided_bytes), fmt_fixed(t_strided * 1e6, 1),
+               fmt_fixed(bw(strided_bytes, t_strided), 1), fmt_fixed(100 * bw(strided_bytes, t_strided) / gbps(t_copy), 1), "-"});
   if (mapped) {
     const double ref = bw(ipc_bytes, t_ipc);
     t.add_row({"copy-ipc", "1", fmt_int(ipc_bytes), fmt_fixed(t_ipc * 1e6, 1), fmt_fixed(ref, 1),
@@ -247,10 +254,12 @@ int run(const Options& o) {
                         {"groups", groups.size()}, {"bytes", moved}, {"reps", o.reps},
                         {"memcpy_s", t_copy}, {"pack_s", t_pack}, {"unpack_s", t_unpack},
                         {"pack_of_copy", t_copy / t_pack}, {"unpack_of_copy", t_copy / t_unpack}, {"wrong", wrong},
+                        {"align", o.align}, {"strided_jobs", strided.size()}, {"strided_bytes", strided_bytes},
+                        {"strided_s", t_strided},
+                        {"strided_of_copy", strided.empty() ? 0.0 : bw(strided_bytes, t_strided) / gbps(t_copy)},
                         {"commit", SHARDSYNC_GIT_SHA}};
     if (mapped) {
       j["ipc"] = {{"copy_s", t_ipc}, {"copy_wrong", ipc_wrong}, {"pack_of_ipc_copy", gbps(t_pack) / bw(ipc_bytes, t_ipc)},
-                  {"strided_jobs", strided.size()}, {"strided_bytes", strided_bytes}, {"strided_s", t_strided},
                   {"strided_of_ipc_copy", strided.empty() ? 0.0 : bw(strided_bytes, t_strided) / bw(ipc_bytes, t_ipc)},
                   {"copy_bytes", ipc_bytes}};
     }
@@ -280,6 +289,10 @@ int main(int argc, char** argv) {
   app.add_flag("--ipc", o.ipc,
                "cuda: read the HF tensors through a CUDA IPC mapping of a child process's memory (the "
                "one-pass path), with a contiguous copy over the mapping and the strided pieces alone");
+  app.add_option("--align", o.align,
+                 "Bytes: each HF tensor starts at a multiple of this in the source, each piece in the packed buffer")
+      ->check(CLI::Range(int64_t(16), int64_t(1) << 30))
+      ->capture_default_str();
   app.add_option("--json", o.json, "Write the numbers to this JSON file");
   try {
     app.parse(argc, argv);

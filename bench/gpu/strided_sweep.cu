@@ -44,6 +44,7 @@ constexpr int64_t kTile = 8192;  // 16-byte units per block
 struct Case {
   const char* name;
   int64_t stride, run, offset;  // bytes: runs of `run` at `offset` of every `stride`
+  int64_t dense_offset;         // bytes: where the dense side starts
   int order;    // 0 in order, 1 scattered tiles, 2 both halves (pair), 3 in order, streaming
                 // loads/stores
   bool unpack;  // dense source -> runs
@@ -70,7 +71,7 @@ __device__ __forceinline__ int64_t runs_unit(int64_t u, int64_t ru, int64_t su, 
 }
 
 __global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t n, int64_t ru,
-                     int64_t su, int64_t ou, int order, int unpack, int64_t tiles) {
+                     int64_t su, int64_t ou, int64_t od, int order, int unpack, int64_t tiles) {
   int64_t t = blockIdx.x;
   if (order == 1) t = (t * 7919) % tiles;  // 7919 is prime, tiles a power of two: a permutation
   int64_t half_off = ou, base = t * kTile;
@@ -85,7 +86,7 @@ __global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int64_t x = u + k * step, y = runs_unit(x, ru, su, half_off);
-      const int64_t dense = order == 2 ? (t % 2) * n + x : x;
+      const int64_t dense = (order == 2 ? (t % 2) * n + x : x) + od;
       from[k] = unpack ? dense : y;
       to[k] = unpack ? y : dense;
     }
@@ -105,13 +106,13 @@ __global__ void copy(const uint4* __restrict__ s, uint4* __restrict__ d, int64_t
 }
 
 __global__ void check(const uint4* __restrict__ d, int64_t n, int64_t ru, int64_t su, int64_t ou,
-                      int order, int unpack, unsigned long long* bad) {
+                      int64_t od, int order, int unpack, unsigned long long* bad) {
   const int halves = order == 2 ? 2 : 1;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * halves;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = i / n, x = i - h * n;
     const int64_t y = runs_unit(x, ru, su, order == 2 ? h * ru : ou),
-                  dense = order == 2 ? h * n + x : x;
+                  dense = (order == 2 ? h * n + x : x) + od;
     const uint4 want = value(unpack ? dense : y), got = d[unpack ? y : dense];
     if (want.x != got.x || want.y != got.y || want.z != got.z || want.w != got.w)
       atomicAdd(bad, 1ull);
@@ -199,13 +200,13 @@ int recv_fd(int sock) {
 // job for the last, partial run; kNc picks the source loads. Median time in ms over reps
 // (after one warm-up); the destination is then what `copy` writes. *njobs: the jobs launched.
 template <bool kNc>
-float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su, int64_t ou, bool unpack,
+float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su, int64_t ou, int64_t od, bool unpack,
                     int64_t per_job, int reps, cudaEvent_t e0, cudaEvent_t e1, int64_t* njobs) {
   namespace K = shardsync::kernels;
   std::vector<K::DevJob> jobs;
   std::vector<int64_t> first;
   const int64_t runs = n / ru, tail = n - runs * ru;
-  const bool one_run = ru == su && ou == 0;  // contiguous: one run per job (the one-run path)
+  const bool one_run = ru == su && ou == 0 && od == 0;  // contiguous: one run per job (the one-run path)
   int64_t tiles = 0;
   // Runs [r0, r0 + k), each of `units` (ru, or the tail's fewer for the partial last run).
   auto add = [&](int64_t r0, int64_t k, int64_t units) {
@@ -215,7 +216,7 @@ float engine_kernel(const uint4* s, uint4* d, int64_t n, int64_t ru, int64_t su,
     j.elem_bytes = j.unit_bytes = 16;
     j.mode = K::kCopy;
     j.inner_src_stride = j.inner_dst_stride = 1;
-    const int64_t strided = ou + r0 * su, dense = r0 * ru;
+    const int64_t strided = ou + r0 * su, dense = od + r0 * ru;
     j.src_offset = unpack ? dense : strided;
     j.dst_offset = unpack ? strided : dense;
     if (one_run) {
@@ -356,22 +357,28 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&bad, sizeof *bad));
   CK(cudaMemset(bad, 0, sizeof *bad));
   const Case cases[] = {
-      {"contiguous", 4096, 4096, 0, 0, false},
-      {"half-8K", 8192, 4096, 0, 0, false},
-      {"half-8K-second", 8192, 4096, 4096, 0, false},
-      {"half-8K-scatter", 8192, 4096, 0, 1, false},
-      {"half-8K-pair", 8192, 4096, 0, 2, false},
-      {"half-24K", 24576, 12288, 0, 0, false},
-      {"half-24K-pair", 24576, 12288, 0, 2, false},
-      {"half-16K", 16384, 8192, 0, 0, false},
-      {"half-64K", 65536, 32768, 0, 0, false},
-      {"half-1M", 1 << 20, 1 << 19, 0, 0, false},
-      {"2of3-12K", 12288, 8192, 0, 0, false},
-      {"quarter-16K", 16384, 4096, 0, 0, false},
-      {"half-8K-unpack", 8192, 4096, 0, 0, true},
-      {"contiguous-unpack", 4096, 4096, 0, 0, true},
-      {"half-8K-stream", 8192, 4096, 0, 3, false},
-      {"contiguous-stream", 4096, 4096, 0, 3, false},
+      {"contiguous", 4096, 4096, 0, 0, 0, false},
+      {"half-8K", 8192, 4096, 0, 0, 0, false},
+      {"half-8K-second", 8192, 4096, 4096, 0, 0, false},
+      {"half-8K-scatter", 8192, 4096, 0, 0, 1, false},
+      {"half-8K-pair", 8192, 4096, 0, 0, 2, false},
+      {"half-24K", 24576, 12288, 0, 0, 0, false},
+      {"half-24K-pair", 24576, 12288, 0, 0, 2, false},
+      {"half-16K", 16384, 8192, 0, 0, 0, false},
+      {"half-64K", 65536, 32768, 0, 0, 0, false},
+      {"half-1M", 1 << 20, 1 << 19, 0, 0, 0, false},
+      {"2of3-12K", 12288, 8192, 0, 0, 0, false},
+      {"quarter-16K", 16384, 4096, 0, 0, 0, false},
+      {"half-8K-unpack", 8192, 4096, 0, 0, 0, true},
+      {"contiguous-unpack", 4096, 4096, 0, 0, 0, true},
+      {"half-8K-stream", 8192, 4096, 0, 0, 3, false},
+      {"contiguous-stream", 4096, 4096, 0, 0, 3, false},
+      // Starts off 4 KiB: the engine's tensors and parameters sit at multiples of 256 bytes
+      {"half-8K-src256", 8192, 4096, 256, 0, 0, false},
+      {"half-8K-dst256", 8192, 4096, 0, 256, 0, false},
+      {"half-8K-both256", 8192, 4096, 256, 256, 0, false},
+      {"half-24K-both256", 24576, 12288, 256, 256, 0, false},
+      {"contiguous-both256", 4096, 4096, 256, 256, 0, false},
   };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -381,15 +388,17 @@ int main(int argc, char** argv) {
   auto report = [&](const Case& c, const char* kernel, int64_t jobs, float ms_median, int64_t n, int64_t ru,
                     int64_t su, int64_t ou) {
     CK(cudaMemset(bad, 0, sizeof *bad));
-    check<<<2048, 256>>>(d, n, ru, su, ou, c.order, c.unpack, bad);
+    check<<<2048, 256>>>(d, n, ru, su, ou, c.dense_offset / 16, c.order, c.unpack, bad);
     unsigned long long wrong = 0;
     CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
     failures += wrong != 0;
     const double t = ms_median / 1e3;
     std::printf(
         "{\"source\": \"%s\", \"case\": \"%s\", \"kernel\": \"%s\", \"jobs\": %lld, \"stride\": %lld, "
-        "\"run\": %lld, \"bytes\": %lld, \"time_s\": %.6e, \"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
-        mode.c_str(), c.name, kernel, (long long)jobs, (long long)c.stride, (long long)c.run, (long long)moved, t,
+        "\"run\": %lld, \"offset\": %lld, \"dense_offset\": %lld, \"bytes\": %lld, \"time_s\": %.6e, "
+        "\"GBps_one_way\": %.1f, \"wrong_units\": %llu}\n",
+        mode.c_str(), c.name, kernel, (long long)jobs, (long long)c.stride, (long long)c.run, (long long)c.offset,
+        (long long)c.dense_offset, (long long)moved, t,
         moved / t / 1e9, wrong);
     std::fflush(stdout);
   };
@@ -404,7 +413,7 @@ int main(int argc, char** argv) {
     std::vector<float> ms;
     for (int r = 0; r <= reps; ++r) {
       CK(cudaEventRecord(e0));
-      copy<<<unsigned(tiles), 256>>>(s, d, n, ru, su, ou, c.order, c.unpack, tiles);
+      copy<<<unsigned(tiles), 256>>>(s, d, n, ru, su, ou, c.dense_offset / 16, c.order, c.unpack, tiles);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       CK(cudaGetLastError());
@@ -419,10 +428,10 @@ int main(int argc, char** argv) {
     for (int64_t per_job : {runs, per_16m}) {
       int64_t jobs = 0;
       CK(cudaMemset(d, 0, size_t(src_bytes)));
-      float t = engine_kernel<false>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1, &jobs);
+      float t = engine_kernel<false>(s, d, n, ru, su, ou, c.dense_offset / 16, c.unpack, per_job, reps, e0, e1, &jobs);
       report(c, "engine", jobs, t, n, ru, su, ou);
       CK(cudaMemset(d, 0, size_t(src_bytes)));
-      t = engine_kernel<true>(s, d, n, ru, su, ou, c.unpack, per_job, reps, e0, e1, &jobs);
+      t = engine_kernel<true>(s, d, n, ru, su, ou, c.dense_offset / 16, c.unpack, per_job, reps, e0, e1, &jobs);
       report(c, "engine-nc", jobs, t, n, ru, su, ou);
     }
   }
