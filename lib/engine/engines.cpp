@@ -56,14 +56,13 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
   if (!world.trainer) {
     consumer_side.plan = &plans.at(size_t(world.local_rank));
     int64_t off = 0;
-    static const int64_t align = experiment_align("SHARDSYNC_EXP_LIVE_ALIGN");
     for (const EngineParam& ep : consumer_side.plan->params) {
-      if (align > 256) off = (off + align - 1) & ~(align - 1);
       consumer_side.param_offset.push_back(off);
       consumer_side.group_of_param.push_back(ep.group);
-      auto [span, fresh] = consumer_side.group_span.try_emplace(ep.group, off, 0);
+      auto& span = consumer_side.group_span[ep.group];
+      if (span.second == 0) span.first = off;
+      span.second += ep.bytes();
       off += ep.bytes();
-      span->second.second = off - span->second.first;
     }
     consumer_side.registered = DeviceBuffer(device.get(), live_base() + off);
     consumer_side.landing = Region{consumer_side.registered.data(), opt.recv_buffer_bytes};

@@ -1,7 +1,6 @@
 #include "engine/synthetic.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace shardsync {
 
@@ -11,14 +10,7 @@ CopyDesc box_desc(const std::vector<int64_t>& shape, const Box& box) {
   return make_pack_desc(v, 0);
 }
 
-int64_t experiment_align(const char* var) {  // EXPERIMENT (issue 17): alignment from the environment
-  const char* v = std::getenv(var);
-  const int64_t a = v ? std::atoll(v) : 256;
-  return a >= 16 && (a & (a - 1)) == 0 ? a : 256;
-}
-
 WeightsLayout weights_layout(const ModelSpec& model, const TrainerPlacement& trainer, int rank) {
-  static const int64_t align = experiment_align("SHARDSYNC_EXP_TRAINER_ALIGN");
   WeightsLayout w;
   w.offset.assign(model.params().size(), -1);
   w.box.resize(model.params().size());
@@ -27,7 +19,7 @@ WeightsLayout weights_layout(const ModelSpec& model, const TrainerPlacement& tra
       if (std::find(piece.ranks.begin(), piece.ranks.end(), rank) == piece.ranks.end()) continue;
       w.offset[size_t(i)] = w.bytes;
       w.box[size_t(i)] = piece.box;
-      w.bytes += (piece.box.numel() * dtype_bytes(model.param(i).dtype) + align - 1) & ~(align - 1);
+      w.bytes += (piece.box.numel() * dtype_bytes(model.param(i).dtype) + 255) & ~int64_t(255);
     }
   return w;
 }

@@ -59,7 +59,6 @@ struct WeightsLayout {
   int64_t bytes = 0;
 };
 WeightsLayout weights_layout(const ModelSpec& model, const TrainerPlacement& trainer, int rank);
-int64_t experiment_align(const char* var);
 
 // The pieces of HF tensors one trainer rank holds (its shard), filled per version, in the
 // memory of `device` (host or GPU) at `region` (weights_layout(...).bytes of it).
