@@ -42,6 +42,12 @@ UcxTransport::UcxTransport() {
   // H200). Our regions are whole allocations already: register exactly what is asked,
   // unless the user chose otherwise. A UCX without the option ignores it.
   if (!getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES")) (void)ucp_config_modify(config, "MEMTYPE_REG_WHOLE_ALLOC_TYPES", "");
+  // UCX's cuda_ipc transport offers gets (reads of a peer GPU's memory) only where it counts
+  // NVLinks from GPU 0 (CUDA_IPC_ENABLE_GET_ZCOPY=auto); on a GPU without them, one H200 of
+  // a VM say, every ucp_get of CUDA memory fell back to software emulation over shared
+  // memory at about 0.8 GB/s (results/gpu/ucx-cuda/). shardsync's pulls are gets: ask for
+  // them, unless the user chose otherwise. A UCX without the option ignores it.
+  if (!getenv("UCX_CUDA_IPC_ENABLE_GET_ZCOPY")) (void)ucp_config_modify(config, "CUDA_IPC_ENABLE_GET_ZCOPY", "y");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG;

@@ -41,6 +41,11 @@ step ucx-lanes 120 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x SHARDSYNC_U
   --memory cuda -m tiny-llama -t tp1 -i tp1 --transport ucx -e v4 --syncs 1 --warmup 0 -q
 cp "$LOGS/ucx-lanes.log" "$OUT/ucx-lanes.log"
 grep -E "lane\[|remote memory read|software emulation|zero-copy" "$LOGS/ucx-lanes.log" | sort -u | head -20 | sed 's/^/# /' | tee -a "$SUM"
+# The same with UCX's own default for cuda_ipc gets (shardsync asks for them: ucx_transport.cpp).
+step ucx-lanes-auto 120 mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x SHARDSYNC_UCX_INFO=1 -x UCX_PROTO_INFO=y \
+  -x UCX_CUDA_IPC_ENABLE_GET_ZCOPY=auto $SS sync --memory cuda -m tiny-llama -t tp1 -i tp1 --transport ucx -e v4 --syncs 1 --warmup 0 -q
+cp "$LOGS/ucx-lanes-auto.log" "$OUT/ucx-lanes-auto.log"
+grep -E "remote memory read|software emulation|zero-copy" "$LOGS/ucx-lanes-auto.log" | sort -u | head -12 | sed 's/^/# auto: /' | tee -a "$SUM"
 
 # One model per pair of runs, CUDA IPC first; every engine, every byte verified.
 run() {  # name np env... -- bench args...; SYNCS timed syncs (default 3)
