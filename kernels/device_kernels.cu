@@ -94,13 +94,12 @@ class CudaDevice : public Device {
   std::string describe() const override { return "cuda:" + std::to_string(gpu_) + " (" + name_ + ")"; }
   int gpu() const override { return gpu_; }
   // Allocations of 2 MiB or more are rounded up to a multiple of 2 MiB (the GPU's large
-  // page). Another process reading one of these through a CUDA IPC mapping (the one-pass
-  // path, IPC gathers, --measure-link) read it at 49-83% of the rate it gets from an
-  // allocation of whole 2 MiB pages: on an H200 at bc9d525 (results/gpu/align/), the kernel
-  // bench's strided pieces of Qwen3-8B TP2 read 2,067 GB/s (r+w) through the mapping of a
-  // 256-byte-aligned 13 GB allocation and 3,852 from the same tensors 2 MiB apart (the
-  // allocation then a multiple of 2 MiB), contiguous reads 3,512 against 3,898; the engine's
-  // TP1 -> TP2 sync went from 12.8 to 9.6 ms. At most 2 MiB of each large allocation is spent.
+  // page). Another process read an allocation with a partial last page through a CUDA IPC
+  // mapping (the one-pass path, IPC gathers, --measure-link) at 49-83% of the rate it gets
+  // from one of whole pages, wherever the data sat in it: on an H200, the kernel bench's
+  // strided pieces of Qwen3-8B TP2 read 2,050 GB/s (r+w) through the mapping, 3,850 with the
+  // allocation rounded up; the engine's TP1 -> TP2 sync took 13.1 ms, then 9.6
+  // (results/gpu/align/). At most 2 MiB of each large allocation is spent.
   uint8_t* alloc(int64_t bytes) override {
     constexpr int64_t kLargePage = int64_t(2) << 20;
     if (bytes >= kLargePage) bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;

@@ -23,20 +23,14 @@ say "# A/B on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), candidate ${SHARDSYNC_C
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 CFG="-DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90"
 step build 300 bash -c "cmake -S . -B build-gpu $CFG && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
-step build-base 300 bash -c "cmake -S $BASE_DIR -B $BASE_DIR/build-gpu $CFG && cmake --build $BASE_DIR/build-gpu -j $(nproc)" ||
+# The base records its own commit (its .shardsync-commit), not the candidate's SHARDSYNC_COMMIT.
+step build-base 300 env -u SHARDSYNC_COMMIT bash -c "cmake -S $BASE_DIR -B $BASE_DIR/build-gpu $CFG && cmake --build $BASE_DIR/build-gpu -j $(nproc)" ||
   { tail -40 "$LOGS/build-base.log"; exit 1; }
 if [[ "${SWEEP:-0}" == 1 ]]; then
   step sweep-build 120 nvcc -O3 -arch=sm_90 -std=c++17 -Ilib -Ikernels bench/gpu/strided_sweep.cu -o "$LOGS/strided_sweep" -lcuda
   for src in local ipc; do
     step "sweep-$src" 200 bash -c "'$LOGS/strided_sweep' 10 1 $src > '$OUT/strided-sweep-$src.jsonl'"
-    python3 - "$OUT/strided-sweep-$src.jsonl" <<'PY' | tee -a "$SUM"
-import json, sys
-for line in open(sys.argv[1]):
-    d = json.loads(line)
-    if "case" in d:
-        print("# %-5s %-22s %-9s jobs %-5d %7.1f GB/s one way, %d wrong" % (
-            d["source"], d["case"], d["kernel"], d["jobs"], d["GBps_one_way"], d["wrong_units"]))
-PY
+    python3 scripts/gpu/sweep_summary.py "$OUT/strided-sweep-$src.jsonl" | tee -a "$SUM"
   done
 fi
 bin_of() { [[ $1 == a ]] && echo build-gpu/apps || echo "$BASE_DIR/build-gpu/apps"; }
