@@ -57,8 +57,9 @@ run() {  # name np env... -- bench args...; SYNCS timed syncs (default 3)
     --syncs "${SYNCS:-3}" --warmup 1 -q --json "$OUT/$name.json" "$@"
   grep -E "^# model .*transport|^  [a-z0-9]+ +[0-9]+ " "$LOGS/$name.log" | tee -a "$SUM"
 }
-# Qwen3-0.6B by default: on one GPU, UCX 1.22 reads CUDA memory by software-emulated RMA over
-# shared memory (about 1 GB/s), so Qwen3-8B takes minutes per engine; BIG=1 adds it.
+# Qwen3-0.6B by default: UCX_TLS=tcp,cuda_copy stages GPU memory through the host at about
+# 0.5 GB/s here, minutes per engine for Qwen3-8B. BIG=1 adds Qwen3-8B on the other paths (UCX
+# gets through cuda_ipc since 9b0fa04; before, software emulation at about 0.8 GB/s).
 small=(--send-buffer 256M --recv-buffer 256M --chunk 128M)
 run qwen3-0.6b-tp1-tp1-cuda_ipc 2 -- -m qwen3-0.6b -t tp1 -i tp1 --transport cuda_ipc --measure-link 3 "${small[@]}"
 run qwen3-0.6b-tp1-tp1-ucx 2 -- -m qwen3-0.6b -t tp1 -i tp1 --transport ucx --measure-link 3 "${small[@]}"
@@ -71,3 +72,4 @@ run qwen3-0.6b-tp1-tp2-hosts 3 SHARDSYNC_FAKE_HOSTS=2 -- -m qwen3-0.6b -t tp1 -i
 big=(--send-buffer 1G --recv-buffer 1G --chunk 256M --bucket 1G)
 run qwen3-8b-tp1-tp1-cuda_ipc 2 -- -m qwen3-8b -t tp1 -i tp1 --transport cuda_ipc --measure-link 10 "${big[@]}"
 run qwen3-8b-tp1-tp1-ucx 2 -- -m qwen3-8b -t tp1 -i tp1 --transport ucx --measure-link 10 "${big[@]}"
+run qwen3-8b-tp1-tp2-hosts 3 SHARDSYNC_FAKE_HOSTS=2 -- -m qwen3-8b -t tp1 -i tp2 --transport cuda_ipc+ucx "${big[@]}"
