@@ -15,6 +15,7 @@
 #include "device/device.hpp"
 #include "common/check.hpp"
 #include "copy_kernels.cuh"
+#include "fp8_kernels.cuh"
 
 namespace shardsync {
 
@@ -137,6 +138,32 @@ class CudaDevice : public Device {
   }
   void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream(lane)));
+  }
+  // One launch for all jobs: a thread block per 128 x 128 quantization block (fp8_kernels.cuh).
+  void quantize_fp8(const std::vector<QuantJob>& jobs, Lane lane) override {
+    std::vector<kernels::Fp8Job> fj;
+    std::vector<int64_t> first;
+    int64_t blocks = 0;
+    for (const QuantJob& j : jobs) {
+      if (j.rows <= 0 || j.cols <= 0) continue;
+      const int64_t br = (j.rows + kFp8Block - 1) / kFp8Block, bc = (j.cols + kFp8Block - 1) / kFp8Block;
+      fj.push_back(kernels::Fp8Job{reinterpret_cast<const uint16_t*>(j.src), j.dst, j.scale_inv, j.src_ld, j.dst_ld,
+                                   j.scale_ld, j.rows, j.cols, bc});
+      first.push_back(blocks);
+      blocks += br * bc;
+    }
+    if (blocks == 0) return;
+    if (blocks > int64_t(INT32_MAX)) throw Error("device kernels: an FP8 quantization of more than 2^31 blocks");
+    cudaStream_t s = stream(lane);
+    const size_t jb = fj.size() * sizeof(kernels::Fp8Job), tb = first.size() * sizeof(int64_t);
+    uint8_t* d = nullptr;
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
+    CUDA_CHECK(cudaMemcpyAsync(d, fj.data(), jb, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(d + jb, first.data(), tb, cudaMemcpyHostToDevice, s));
+    kernels::fp8_quantize_kernel<<<unsigned(blocks), 256, 0, s>>>(reinterpret_cast<const kernels::Fp8Job*>(d),
+                                                                   reinterpret_cast<const int64_t*>(d + jb), int(fj.size()));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaFreeAsync(d, s));
   }
   Fence fence(Lane lane) override {
     cudaEvent_t e;

@@ -13,6 +13,7 @@
 #include "device/background_worker.hpp"
 #include "device/device.hpp"
 #include "device/fast_copy.hpp"
+#include "device/fp8.hpp"
 #include "device/synth_hash.hpp"
 
 namespace shardsync {
@@ -148,6 +149,13 @@ class CpuDevice : public Device {
   }
   void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane) override {
     run(lane, [=] { std::memcpy(dst, src, size_t(bytes)); });
+  }
+  void quantize_fp8(const std::vector<QuantJob>& jobs, Lane lane) override {
+    run(lane, [jobs] {
+      for (const QuantJob& j : jobs)
+        cpu_quantize_fp8_blocks(reinterpret_cast<const uint16_t*>(j.src), j.src_ld, j.rows, j.cols, j.dst, j.dst_ld,
+                                j.scale_inv, j.scale_ld);
+    });
   }
   Fence fence(Lane lane) override { return lane == Lane::kMain ? 0 : submitted_; }
   bool done(Fence f) override { return f <= completed_.load(); }

@@ -33,6 +33,20 @@ struct SynthJob {
   bool zero = false;
 };
 
+// Block FP8 quantization (device/fp8.hpp says what the bits are) of a bf16 matrix [rows, cols]
+// whose rows are src_ld elements apart: float8_e4m3fn codes into dst (rows dst_ld bytes
+// apart), one fp32 scale_inv per 128 x 128 block into scale_inv (block rows scale_ld floats
+// apart). The process step of an FP8 target.
+struct QuantJob {
+  const uint8_t* src = nullptr;  // bf16
+  int64_t src_ld = 0;            // elements
+  uint8_t* dst = nullptr;        // e4m3fn codes
+  int64_t dst_ld = 0;            // bytes
+  float* scale_inv = nullptr;
+  int64_t scale_ld = 0;  // floats
+  int64_t rows = 0, cols = 0;
+};
+
 struct VerifyResult {
   int64_t mismatches = 0;
   int64_t first_job = -1;    // job of the lowest mismatching job index
@@ -56,6 +70,7 @@ class Device {
   virtual void copy(const std::vector<CopyJob>& jobs, Lane lane = Lane::kMain) = 0;
   virtual void synth(const std::vector<SynthJob>& jobs, Lane lane = Lane::kMain) = 0;
   virtual void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane = Lane::kMain) = 0;
+  virtual void quantize_fp8(const std::vector<QuantJob>& jobs, Lane lane = Lane::kMain) = 0;
   // Marks the current end of a lane; done() tells whether everything before it finished.
   virtual Fence fence(Lane lane) = 0;
   virtual bool done(Fence f) = 0;

@@ -109,10 +109,17 @@ SHARDSYNC_HD float fp8_finite_abs(float x) {
   return a < 0x7f800000u ? fp8_bits_to_float(a) : 0.0f;
 }
 
-// The CPU twin: a row-major bf16 matrix [rows, cols] quantized in blocks of 128 x 128 (the
-// last block of a row or column may be smaller) into `codes` [rows, cols] and `scale_inv`
-// [ceil(rows / 128), ceil(cols / 128)], both row-major.
-void cpu_quantize_fp8_blocks(const uint16_t* bf16, int64_t rows, int64_t cols, uint8_t* codes,
-                             float* scale_inv);
+// The CPU twin: a bf16 matrix [rows, cols] (rows src_ld elements apart) quantized in blocks
+// of 128 x 128 (the last block of a row or column may be smaller) into `codes` [rows, cols]
+// (rows dst_ld bytes apart) and `scale_inv` [ceil(rows / 128), ceil(cols / 128)] (block rows
+// scale_ld floats apart).
+void cpu_quantize_fp8_blocks(const uint16_t* bf16, int64_t src_ld, int64_t rows, int64_t cols,
+                             uint8_t* codes, int64_t dst_ld, float* scale_inv, int64_t scale_ld);
+// The same, dense: src_ld = dst_ld = cols, scale_ld = ceil(cols / 128).
+inline void cpu_quantize_fp8_blocks(const uint16_t* bf16, int64_t rows, int64_t cols,
+                                    uint8_t* codes, float* scale_inv) {
+  cpu_quantize_fp8_blocks(bf16, cols, rows, cols, codes, cols, scale_inv,
+                          (cols + kFp8Block - 1) / kFp8Block);
+}
 
 }  // namespace shardsync

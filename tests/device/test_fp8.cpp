@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "device/device.hpp"
 #include "device/fp8.hpp"
 
 namespace shardsync {
@@ -160,6 +161,36 @@ TEST(Fp8, BlocksFollowTheRules) {
   EXPECT_EQ(code(128, 0), 0x00);  // 2^-133 / (7 / 448) is far under 2^-10
   EXPECT_EQ(s[4], 1.0f);
   EXPECT_EQ(s[5], 1.0f);
+}
+
+// The CPU device's quantize_fp8 on a strided view (rows src_ld apart, codes dst_ld apart,
+// scales scale_ld apart) gives what the dense quantizer gives on a copy of the view, and
+// writes nothing outside it.
+TEST(Fp8, StridedJobsMatchDenseOnes) {
+  const int64_t rows = 200, cols = 300, src_ld = 333, dst_ld = 310, scale_ld = 5;
+  std::mt19937 rng(7);
+  std::vector<uint16_t> w(size_t(rows * src_ld));
+  for (auto& x : w) x = uint16_t(0x3c00 + rng() % 0x0800);  // finite, of several exponents
+  std::vector<uint16_t> dense(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dense[size_t(r * cols + c)] = w[size_t(r * src_ld + c)];
+  std::vector<uint8_t> want(size_t(rows * cols));
+  std::vector<float> want_s(2 * 3);
+  cpu_quantize_fp8_blocks(dense.data(), rows, cols, want.data(), want_s.data());
+  std::vector<uint8_t> got(size_t(rows * dst_ld), 0xaa);
+  std::vector<float> got_s(size_t(2 * scale_ld), -1.0f);
+  auto dev = make_cpu_device();
+  dev->quantize_fp8({QuantJob{reinterpret_cast<const uint8_t*>(w.data()), src_ld, got.data(),
+                              dst_ld, got_s.data(), scale_ld, rows, cols}});
+  dev->synchronize();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dst_ld; ++c)
+      ASSERT_EQ(got[size_t(r * dst_ld + c)], c < cols ? want[size_t(r * cols + c)] : 0xaa)
+          << r << "," << c;
+  for (int64_t br = 0; br < 2; ++br)
+    for (int64_t bc = 0; bc < scale_ld; ++bc)
+      ASSERT_EQ(got_s[size_t(br * scale_ld + bc)], bc < 3 ? want_s[size_t(br * 3 + bc)] : -1.0f)
+          << br << "," << bc;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "device/device.hpp"
+#include "device/fp8.hpp"
 #include "engine/synthetic.hpp"
 #include "tensor/ops.hpp"
 
@@ -275,6 +276,60 @@ TEST(Kernels, CpuTwinSynthMatchesFillOnEveryElement) {
       ASSERT_EQ(got, want);
     });
     EXPECT_EQ(cpu_verify({SynthJob{out.data(), 99, d, 2, false}}).mismatches, 0);
+  }
+}
+
+// Block FP8 on the GPU against its CPU twin, bit for bit (codes and scales): full blocks
+// (the register path), partial edge blocks and an odd row stride (the element path), over
+// random bf16 bit patterns of every exponent and a matrix of edge cases (a zero block, Inf,
+// NaN, bf16 subnormals, values on ties once scaled).
+TEST(Kernels, Fp8QuantizeMatchesCpuTwin) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  std::mt19937 rng(20);
+  struct Case {
+    int64_t rows, cols, src_ld;
+  };
+  for (const Case& c :
+       {Case{256, 384, 384}, Case{300, 200, 200}, Case{130, 129, 131}, Case{1, 5, 5}}) {
+    for (int pattern = 0; pattern < 2; ++pattern) {
+      std::vector<uint16_t> w(size_t(c.rows * c.src_ld));
+      for (auto& x : w) x = uint16_t(rng());  // every exponent, NaN and Inf patterns too
+      if (pattern == 1) {
+        for (int64_t r = 0; r < c.rows; ++r)
+          for (int64_t k = 0; k < c.cols; ++k) {
+            uint16_t& x = w[size_t(r * c.src_ld + k)];
+            x = uint16_t(0x3f80 + (r * 7 + k) % 64);  // values 1 .. 1.49: many ties once scaled
+            if (r < 128 && k < 128 && c.rows >= 256) x = 0;  // one zero block
+          }
+        w[0] = 0x7f80;                                                   // +Inf
+        w[size_t(c.src_ld - 1 + (c.rows > 1 ? c.src_ld : 0))] = 0x7fc1;  // NaN
+        w[size_t((c.rows - 1) * c.src_ld)] = 0x0003;                     // a bf16 subnormal
+      }
+      const int64_t br = (c.rows + kFp8Block - 1) / kFp8Block,
+                    bc = (c.cols + kFp8Block - 1) / kFp8Block;
+      const int64_t dst_ld = c.src_ld;
+      std::vector<uint8_t> want(size_t(c.rows * dst_ld), 0xaa);
+      std::vector<float> want_s(size_t(br * bc), -1.0f);
+      cpu_quantize_fp8_blocks(w.data(), c.src_ld, c.rows, c.cols, want.data(), dst_ld,
+                              want_s.data(), bc);
+      DeviceBuffer src(gpu.get(), int64_t(w.size() * 2)), dst(gpu.get(), int64_t(want.size())),
+          sc(gpu.get(), int64_t(want_s.size() * 4));
+      std::vector<uint8_t> got(want.size(), 0xaa);
+      std::vector<float> got_s(want_s.size(), -1.0f);
+      gpu->from_host(src.data(), w.data(), int64_t(w.size() * 2));
+      gpu->from_host(dst.data(), got.data(), int64_t(got.size()));
+      gpu->from_host(sc.data(), got_s.data(), int64_t(got_s.size() * 4));
+      gpu->quantize_fp8({QuantJob{src.data(), c.src_ld, dst.data(), dst_ld,
+                                  reinterpret_cast<float*>(sc.data()), bc, c.rows, c.cols}});
+      gpu->synchronize();
+      gpu->to_host(got.data(), dst.data(), int64_t(got.size()));
+      gpu->to_host(got_s.data(), sc.data(), int64_t(got_s.size() * 4));
+      ASSERT_EQ(got, want) << c.rows << " x " << c.cols << " ld " << c.src_ld << " pattern "
+                           << pattern;
+      ASSERT_EQ(0, std::memcmp(got_s.data(), want_s.data(), want_s.size() * 4))
+          << c.rows << " x " << c.cols;
+    }
   }
 }
 
