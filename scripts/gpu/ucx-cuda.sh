@@ -15,6 +15,7 @@ OUT="${OUT:-results/gpu/ucx-cuda}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
 UCX_PREFIX="$(cd "${UCX_PREFIX:-.carry/ucx/libucx}" && pwd)" || { say "# FAILED: no UCX prefix"; exit 1; }
+export -n UCX_PREFIX  # the script's own; UCX warns of UCX_* variables it does not know
 export LD_LIBRARY_PATH="$UCX_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 say "# UCX on GPU memory, $(date -u +%Y-%m-%dT%H:%MZ), git ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
