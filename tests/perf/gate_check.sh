@@ -75,9 +75,10 @@ PY
   echo "ok: pass at 1.0, two regressions named, ungated metrics ignored, bad baselines and flags refused"
   ;;
 slow-copy|slow-v3)
-  # The v3 case runs 12 engine rounds, not the gate's 8: with the calibrated noise (sigma of
-  # the 8-round median about 0.03, threshold about 0.90) 8 rounds miss a 20% slower V3 (0.83)
-  # about once in 50, which would make this test flaky; 12 rounds about once in 250.
+  # The v3 case runs 12 engine rounds (the gate runs 16; 12 keep make test shorter): with the
+  # calibrated noise (sigma of the 8-round median about 0.03, threshold about 0.90) 8 rounds
+  # miss a 20% slower V3 (0.83) about once in 50, which would make this test flaky; 12 rounds
+  # about once in 250.
   if [[ $mode == slow-copy ]]; then hook=SHARDSYNC_TEST_SLOW_COPY=1.25; only=copy; rounds=(); want='copy\.[a-z0-9_]+\.(pack|pack_each|unpack)'
   else hook=SHARDSYNC_TEST_SLOW_ENGINE=v3:1.2; only=engine; rounds=(--rounds 12); want='engine\.v3\.sync_s'; fi
   out=$(timeout 900 "${gate[@]}" --reference-build "$build" --candidate-env "$hook" --only $only "${rounds[@]}" \
