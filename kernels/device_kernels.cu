@@ -155,13 +155,10 @@ class CudaDevice : public Device {
     if (blocks == 0) return;
     if (blocks > int64_t(INT32_MAX)) throw Error("device kernels: an FP8 quantization of more than 2^31 blocks");
     cudaStream_t s = stream(lane);
-    const size_t jb = fj.size() * sizeof(kernels::Fp8Job), tb = first.size() * sizeof(int64_t);
-    uint8_t* d = nullptr;
-    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
-    CUDA_CHECK(cudaMemcpyAsync(d, fj.data(), jb, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(d + jb, first.data(), tb, cudaMemcpyHostToDevice, s));
-    kernels::fp8_quantize_kernel<<<unsigned(blocks), 256, 0, s>>>(reinterpret_cast<const kernels::Fp8Job*>(d),
-                                                                   reinterpret_cast<const int64_t*>(d + jb), int(fj.size()));
+    uint8_t* d = upload_jobs(fj, first, s);
+    kernels::fp8_quantize_kernel<<<unsigned(blocks), 256, 0, s>>>(
+        reinterpret_cast<const kernels::Fp8Job*>(d), reinterpret_cast<const int64_t*>(d + fj.size() * sizeof(kernels::Fp8Job)),
+        int(fj.size()));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaFreeAsync(d, s));
   }
@@ -267,14 +264,9 @@ class CudaDevice : public Device {
     }
     if (tiles == 0) return;
     if (tiles > int64_t(INT32_MAX)) throw Error("device kernels: a batch of more than 2^31 tiles");
-    size_t jb = sel.size() * sizeof(DevJob), tb = first_tile.size() * sizeof(int64_t);
-    uint8_t* d = nullptr;
-    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
-    // Pageable sources: the copies complete (to a driver buffer) before returning.
-    CUDA_CHECK(cudaMemcpyAsync(d, sel.data(), jb, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(d + jb, first_tile.data(), tb, cudaMemcpyHostToDevice, s));
+    uint8_t* d = upload_jobs(sel, first_tile, s);
     auto* dj = reinterpret_cast<const DevJob*>(d);
-    auto* dt = reinterpret_cast<const int64_t*>(d + jb);
+    auto* dt = reinterpret_cast<const int64_t*>(d + sel.size() * sizeof(DevJob));
     const int n = int(sel.size());
     unsigned grid = unsigned(tiles);
     auto* bad = reinterpret_cast<unsigned long long*>(counters_);
@@ -282,6 +274,19 @@ class CudaDevice : public Device {
     else launch_jobs<false>(v, grid, s, dj, dt, n, bad);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaFreeAsync(d, s));
+  }
+
+  // A launch's jobs, then each one's first tile (or block), in one stream-ordered allocation
+  // the caller frees with cudaFreeAsync after the launch. Pageable sources: the copies
+  // complete (to a driver buffer) before returning.
+  template <class Job>
+  static uint8_t* upload_jobs(const std::vector<Job>& jobs, const std::vector<int64_t>& first, cudaStream_t s) {
+    const size_t jb = jobs.size() * sizeof(Job), tb = first.size() * sizeof(int64_t);
+    uint8_t* d = nullptr;
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), jb + tb, s));
+    CUDA_CHECK(cudaMemcpyAsync(d, jobs.data(), jb, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(d + jb, first.data(), tb, cudaMemcpyHostToDevice, s));
+    return d;
   }
 
   // Plain source loads. The read-only path (ld.global.nc, load_src in copy_kernels.cuh) was

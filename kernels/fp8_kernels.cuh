@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "copy_kernels.cuh"  // find_job
 #include "device/fp8.hpp"
 
 namespace shardsync {
@@ -41,14 +42,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 __global__ void fp8_quantize_kernel(const Fp8Job* jobs, const int64_t* first, int njobs) {
   __shared__ float shared[32];
   const int64_t b = blockIdx.x;
-  int lo = 0, hi = njobs - 1;  // the last job with first[j] <= b
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (first[mid] <= b)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = find_job(first, njobs, b);
   const Fp8Job j = jobs[lo];
   const int64_t q = b - first[lo], br = q / j.blocks_c, bc = q - br * j.blocks_c;
   const int64_t r0 = br * kFp8Block, c0 = bc * kFp8Block;
