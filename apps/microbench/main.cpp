@@ -4,6 +4,7 @@
 //   shardsync-microbench [--benchmark_filter=Copy] [--benchmark_out=mb.json --benchmark_out_format=json]
 //   mpirun -np 2 shardsync-microbench            # the engine benchmarks (many tiny tensors)
 //   shardsync-microbench --no-avx2 --tile-width=128  # transpose kernel and tile other than the default
+//   mpirun -np 2 shardsync-microbench --transport=mpi  # the engine benchmarks over a named transport
 //
 // One process: pack and unpack of real plan entries (every rank of one replica; packed in
 // one launch, as the engines do, and one launch per rank) against memcpy of the same bytes
@@ -371,6 +372,7 @@ int main(int argc, char** argv) {
   const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
   int rank = 0, size = 1, status = 0;
   std::vector<char*> args;
+  std::string transport;  // --transport=NAME for the engine benchmarks; default: as shardsync sync chooses
   for (int k = 0; k < argc; ++k) {
     // --no-avx2: transpose with the SSE2 kernel; --tile-width=64|128: the transpose tile
     // (both to compare with the default: AVX2 where the CPU has it, 64).
@@ -382,6 +384,14 @@ int main(int argc, char** argv) {
         return 2;  // before MPI starts: every rank stops here alike
       }
       fast_copy_set_tile_width(std::stoi(w));
+    } else if (std::strncmp(argv[k], "--transport=", 12) == 0) {
+      transport = argv[k] + 12;
+      const auto& reg = transport_registry();
+      if (std::none_of(reg.begin(), reg.end(), [&](const TransportInfo& t) { return t.name == transport; })) {
+        std::cerr << "shardsync-microbench: error: --transport=" << transport << ": expected one of this build's "
+                  << "transports (shardsync info)\n";
+        return 2;
+      }
     } else {
       args.push_back(argv[k]);
     }
@@ -403,7 +413,7 @@ int main(int argc, char** argv) {
       g_engine->world = World::create(MPI_COMM_WORLD, g_engine->trainer, g_engine->inference);
       set_idle_sleep_allowed(unsigned(size) > std::max(1u, std::thread::hardware_concurrency()));
       SyncOptions so;
-      so.transport = choose_transport(MemKind::kHost, true);
+      so.transport = transport.empty() ? choose_transport(MemKind::kHost, true) : transport;
       g_engine->engines = std::make_unique<Engines>(g_engine->world, g_engine->model, g_engine->trainer,
                                                     g_engine->inference, g_engine->plans, so);
       g_engine->engines->bootstrap();
