@@ -17,7 +17,7 @@ Per build, each step yields these metrics:
                             --trainer tp1 --inference tp1 --transport mpi), lower is better
   overhead.<e>.us_per_tensor  an engine's per-tensor cost on a model of thousands of tiny
                             tensors, median of 5 repetitions (mpirun -np 2 shardsync-microbench
-                            BM_EngineSync --transport=mpi), lower is better
+                            BM_EngineSync), lower is better
 
 A round measures every step once on each build, in alternating order (reference first in
 even rounds, candidate first in odd ones), so a machine that drifts slower during the run
@@ -75,7 +75,7 @@ STEP_ROUNDS = {"copy": 4, "engine": 16, "overhead": 8}
 # seconds at a time, and a gate over UCX failed unchanged code 3 times in 3 on the dev VM and
 # missed a 20% slower V3 in CI (0.966 at 6798ae5); over MPI the same syncs stay within
 # 0.8-1.4x (results/perf/gate/false-alarms-4cbdda0/, results/perf/gate/README.md). What is
-# gated is the engines' own work (plan, pack, process, verify), which both transports share.
+# gated is the engines' own work (plan, pack, process), which both transports share.
 ENGINE_RUN = ["--model", "small-qwen3-moe", "--trainer", "tp1", "--inference", "tp1", "--transport", "mpi",
               "--syncs", "8", "--warmup", "1", "-q"]
 
@@ -160,10 +160,15 @@ def step_copy(b):
     return m
 
 
+# --engines: the engine step runs these rows only (tests; default: every row).
+ENGINE_ROWS = []
+
+
 def step_engine(b):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
-        run(MPIRUN + ["-np", "2", b.exe("shardsync"), "bench"] + ENGINE_RUN + ["--json", out], 600,
+        rows = ["-e", ",".join(ENGINE_ROWS)] if ENGINE_ROWS else []
+        run(MPIRUN + ["-np", "2", b.exe("shardsync"), "bench"] + ENGINE_RUN + rows + ["--json", out], 600,
             "engine run (shardsync bench, %s build)" % b.label, b.env)
         with open(out) as f:
             result = json.load(f)
@@ -179,7 +184,7 @@ def step_engine(b):
 
 
 def step_overhead(b):
-    rows = microbench(b, ["--benchmark_filter=BM_EngineSync/", "--transport=mpi"], "engine micro-benchmarks (mpirun -np 2)", 600,
+    rows = microbench(b, ["--benchmark_filter=BM_EngineSync/"], "engine micro-benchmarks (mpirun -np 2)", 600,
                       mpi_ranks=2)
     m = {}
     for r in rows:
@@ -449,7 +454,8 @@ def gate(args):
         summary = summarize(per_round)
         speeds = {k: s["speed"] for k, s in summary.items()}
         report["per_round"] = per_round
-    missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None]
+    missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None
+               and not (ENGINE_ROWS and k.startswith("engine.") and k.split(".")[1] not in ENGINE_ROWS)]
     rows, regressed = compare(speeds, baseline)
     print("# performance gate: %d metrics, medians over rounds (%s), candidate %s against the reference %s"
           % (len(speeds), rounds_text(step_rounds(args)),
@@ -576,6 +582,8 @@ def main():
                     help="interleaved rounds of every step (default: %s)" % rounds_text(STEP_ROUNDS))
     ap.add_argument("--report", default="", help="write the measured values and verdict to this JSON file")
     ap.add_argument("--only", default=",".join(STEPS), help="steps to run: copy, engine, overhead (default: all)")
+    ap.add_argument("--engines", default="", metavar="ROWS",
+                    help="the engine step runs these rows of the engine table only (comma list; default: every row)")
     ap.add_argument("--metrics", default="", help="judge these relative speeds (JSON name -> speed) instead of measuring")
     ap.add_argument("--calibrate", type=int, default=0, metavar="K", help="K A/A gate runs; print each metric's thresholds")
     ap.add_argument("--from-calibration", default="", metavar="FILE",
@@ -588,6 +596,7 @@ def main():
             fail("--only: %s: expected a comma-separated list of %s" % (s, ", ".join(STEPS)))
     if args.rounds < 0:
         fail("--rounds: expected at least 1")
+    ENGINE_ROWS[:] = [e for e in args.engines.split(",") if e]
     if args.calibrate or args.from_calibration:
         return calibrate(args)
     return gate(args)
