@@ -23,20 +23,20 @@ void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem
   switch (elem_bytes) {
     case 2: {
       auto* q = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_bits(seed, first + i));
+      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_element(seed, first + i, 2));
       return;
     }
     case 4: {
       auto* q = reinterpret_cast<uint32_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = uint32_t(synth_bits(seed, first + i));
+      for (int64_t i = 0; i < n; ++i) q[i] = synth_element(seed, first + i, 4);
       return;
     }
     case 1:
-      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_bits(seed, first + i));
+      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_element(seed, first + i, 1));
       return;
     default:
       for (int64_t i = 0; i < n; ++i) {
-        uint64_t v = synth_bits(seed, first + i);
+        const uint32_t v = synth_element(seed, first + i, elem_bytes);
         std::memset(p + i * elem_bytes, 0, size_t(elem_bytes));
         std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 4)));
       }

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "device/synth_hash.hpp"  // SHARDSYNC_HD
+#include "device/synth_hash.hpp"  // SHARDSYNC_HD, bits_to_float
 
 namespace shardsync {
 
@@ -29,44 +29,24 @@ inline constexpr float kE4m3Max = 448.0f;      // the largest finite e4m3fn valu
 inline constexpr uint8_t kE4m3MaxCode = 0x7e;  // its code (S.1111.110)
 inline constexpr uint8_t kE4m3NanCode = 0x7f;  // NaN (S.1111.111); e4m3fn has no infinities
 
-SHARDSYNC_HD float fp8_bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-
-SHARDSYNC_HD uint32_t fp8_float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
 SHARDSYNC_HD float bf16_to_float(uint16_t b) {
-  return fp8_bits_to_float(uint32_t(b) << 16);
+  return bits_to_float(uint32_t(b) << 16);
 }
 
 // The value of an e4m3fn code (NaN for 0x7f and 0xff).
 SHARDSYNC_HD float e4m3_to_float(uint8_t c) {
   const uint32_t sign = uint32_t(c >> 7) << 31, e = (c >> 3) & 15u, m = c & 7u;
-  if (e == 15 && m == 7) return fp8_bits_to_float(sign | 0x7fc00000u);
+  if (e == 15 && m == 7) return bits_to_float(sign | 0x7fc00000u);
   // Normal: (8 + m) * 2^(e - 10); subnormal (e = 0): m * 2^-9. Both exact in fp32.
   const float mag =
-      e == 0 ? float(m) * (1.0f / 512.0f) : float(8 + m) * fp8_bits_to_float((e - 10 + 127) << 23);
-  return fp8_bits_to_float(fp8_float_to_bits(mag) | sign);
+      e == 0 ? float(m) * (1.0f / 512.0f) : float(8 + m) * bits_to_float((e - 10 + 127) << 23);
+  return bits_to_float(float_to_bits(mag) | sign);
 }
 
 // fp32 -> e4m3fn: saturating, round to nearest, ties to even (the rules above), by integer
 // arithmetic on the bits, so host and device agree whatever their floating-point modes.
 SHARDSYNC_HD uint8_t e4m3_from_float(float f) {
-  const uint32_t u = fp8_float_to_bits(f);
+  const uint32_t u = float_to_bits(f);
   const uint8_t sign = uint8_t((u >> 31) << 7);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint8_t(sign | kE4m3NanCode);   // NaN
@@ -105,8 +85,8 @@ SHARDSYNC_HD uint8_t fp8_quantize(float x, float scale_inv) {
 
 // A finite magnitude or 0 (what a block's amax takes in).
 SHARDSYNC_HD float fp8_finite_abs(float x) {
-  const uint32_t a = fp8_float_to_bits(x) & 0x7fffffffu;
-  return a < 0x7f800000u ? fp8_bits_to_float(a) : 0.0f;
+  const uint32_t a = float_to_bits(x) & 0x7fffffffu;
+  return a < 0x7f800000u ? bits_to_float(a) : 0.0f;
 }
 
 // The CPU twin: a bf16 matrix [rows, cols] (rows src_ld elements apart) quantized in blocks

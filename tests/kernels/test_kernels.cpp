@@ -271,7 +271,7 @@ TEST(Kernels, CpuTwinSynthMatchesFillOnEveryElement) {
     std::vector<uint8_t> out(size_t(hi * 2), 0);
     cpu_synth(SynthJob{out.data(), 99, d, 2, false});
     for_each_index(d, [&](int64_t s, int64_t t2) {
-      uint16_t want = uint16_t(synth_bits(99, s)), got;
+      uint16_t want = uint16_t(synth_element(99, s, 2)), got;
       std::memcpy(&got, out.data() + t2 * 2, 2);
       ASSERT_EQ(got, want);
     });
