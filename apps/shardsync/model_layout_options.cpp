@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "model/bundled.hpp"
+#include "plan/quant.hpp"
 
 namespace shardsync {
 
@@ -27,6 +28,11 @@ void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
                   "(ep<N> enables expert parallelism with N = dp*tp)");
   app->add_option("--replicas,-r", opts->replicas, "Number of inference replicas")
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--quant", opts->quant,
+                  "Inference weights: none (the checkpoint's dtype) or fp8-block128 (float8_e4m3fn linear "
+                  "weights with an fp32 weight_scale_inv per 128 x 128 block, as vLLM's block-FP8 methods; "
+                  "docs/fp8.md says which weights)")
+      ->check(CLI::IsMember({"none", "fp8-block128"}));
   app->add_option("--world-size", opts->world_size,
                   "Check that trainer + inference ranks add up to this many (e.g. a Slurm allocation)")
       ->check(CLI::Range(1, 1 << 24));
@@ -54,13 +60,18 @@ ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
   if (!opts.trainer.empty()) trainer = parse_trainer_spec(opts.trainer);
   if (!opts.inference.empty()) {
     int file_replicas = inference.replicas;
+    Quant file_quant = inference.quant;
     inference = parse_inference_spec(opts.inference);
     if (inference.replicas == 0) inference.replicas = file_replicas;  // not given in the spec
+    inference.quant = file_quant;  // --quant overrides it
   }
   if (opts.replicas > 0) inference.replicas = opts.replicas;
+  if (!opts.quant.empty() && !parse_quant(opts.quant, &inference.quant))
+    throw InputError("--quant", opts.quant, "expected none or fp8-block128");
   s.model = std::make_unique<ModelSpec>(load_model(model));
   s.trainer = std::make_unique<TrainerPlacement>(*s.model, trainer);
   s.inference = std::make_unique<InferencePlacement>(*s.model, inference);
+  check_quant_target(*s.model, *s.inference);
   int need = s.trainer->world_size() + s.inference->world_size();
   auto check_world = [&](int world, const std::string& source, const std::string& field) {
     if (world > 0 && world != need)

@@ -22,6 +22,7 @@ struct ModelLayoutOptions {
   std::string trainer;
   std::string inference;
   int replicas = 0;  // 0: from the layout file or 1
+  std::string quant;  // "": from the layout file, else none / fp8-block128
   int world_size = 0;  // 0: unchecked; else trainer + inference ranks must equal it
 };
 

@@ -512,6 +512,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"trainer", rs.s.trainer->layout().describe()},
                    {"inference", rs.s.inference->layout().describe()},
                    {"replicas", rs.s.inference->layout().replicas},
+                   {"quant", quant_name(rs.s.inference->layout().quant)},
                    {"ranks", size},
                    {"transport", engines.transport_description()},
                    {"memory", o.memory},

@@ -125,6 +125,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
       DeviceBuffer buf = std::move(buffers.at(g));
       buffers.erase(g);
       device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size());
+      quantize_group(g, buf.data(), span.first, Lane::kMain, st);  // an FP8 target's process step
       meter.sub(buf.size());
       done_buffers.push_back(std::move(buf));
     }

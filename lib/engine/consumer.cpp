@@ -137,6 +137,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     Lane lane = background ? Lane::kBackground : Lane::kMain;
     if (background) device->after(Lane::kBackground, device->fence(Lane::kMain));
     device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size(), lane);
+    quantize_group(g, buf.data(), span.first, lane, st);  // an FP8 target's process step
     // The buffer stays staged until that copy completed (reclaim), not merely queued.
     buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
   };
@@ -267,6 +268,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     for (const auto& [g, left] : group_left)
       if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
   }
+  if (in_place && !consumer_side.quant.empty()) {  // an FP8 target: quantize every group now
+    quantize_group(-1, consumer_side.live.data(), 0, Lane::kMain, st);
+    PhaseTimer t(st.quantize_s);
+    device->synchronize();
+  }
   device->synchronize();  // every fence has passed (and fences are recycled): release all
   for (auto& p : landing_free) arena.release(p.offset, p.bytes);
   for (auto& p : buffer_free) consumer_side.layerwise_pool.give(std::move(p.buffer));
@@ -323,6 +329,7 @@ void Engines::Impl::verify(uint64_t version, RankStats& st) {
     st.bad_param = consumer_side.plan->entries[size_t(r.first_job)].engine_param;
     st.bad_index = r.first_index;
   }
+  verify_fp8(version, st);  // an FP8 target's codes and scales
 }
 
 }  // namespace shardsync

@@ -71,6 +71,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
       if (!e.is_fill())
         consumer_side.group_copy_bytes[consumer_side.group_of_param[size_t(e.engine_param)]] +=
             e.numel() * dtype_bytes(consumer_side.plan->params[size_t(e.engine_param)].dtype);
+    setup_quant();
   }
   if (opt.stall_timeout_s > 0) start_watchdog();
 }

@@ -15,6 +15,7 @@
 #include "engine/pipeline.hpp"
 #include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
+#include "plan/quant.hpp"
 
 namespace shardsync {
 
@@ -99,6 +100,13 @@ struct ConsumerSide {
   std::map<int, ConsumerSchedule> schedules;                  // by engine
   std::map<int, bool> requests_sent;                          // engines whose requests were sent once
   BufferPool layerwise_pool;
+  // An FP8 target (plan/quant.hpp, quantize.cpp): the quantized parameters, and the live FP8
+  // weights in `fp8`: each one's e4m3fn codes and fp32 scales (byte offsets in it). The bf16
+  // values land in `live` or a layerwise buffer as for any target; the process step quantizes.
+  std::vector<QuantParam> quant;
+  std::vector<int32_t> quant_of_param;  // per engine param: index into quant, -1 if not quantized
+  std::vector<int64_t> codes_offset, scale_offset;
+  DeviceBuffer fp8;
   // A START or FINISH that arrived while it waited for an earlier sync (stood down, or a
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
@@ -233,6 +241,15 @@ struct Engines::Impl {
   RankStats run_broadcast_trainer(int sync_index, uint64_t version);
   RankStats run_broadcast_consumer(int sync_index, uint64_t version);
   void verify(uint64_t version, RankStats& st);
+  // FP8 targets (quantize.cpp): the live FP8 weights; the quantization of a group's (every
+  // group's: -1) quantized parameters whose bf16 values lie at bf16 + param_offset - bf16_offset,
+  // into the live FP8 weights or into codes/scales (one parameter's, only_param); the process
+  // step; every code and scale against the expected.
+  void setup_quant();
+  std::vector<QuantJob> quant_jobs(int32_t group, const uint8_t* bf16, int64_t bf16_offset, uint8_t* codes,
+                                   uint8_t* scales, int32_t only_param = -1) const;
+  void quantize_group(int32_t group, const uint8_t* bf16, int64_t bf16_offset, Lane lane, RankStats& st);
+  void verify_fp8(uint64_t version, RankStats& st);
   // The layerwise buffer of a group (allocated on first use, padding zero-filled).
   DeviceBuffer& layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter);
 };

@@ -4,6 +4,21 @@
 
 namespace shardsync {
 
+const char* quant_name(Quant q) {
+  switch (q) {
+    case Quant::kNone: return "none";
+    case Quant::kFp8Block128: return "fp8-block128";
+  }
+  return "?";
+}
+
+bool parse_quant(const std::string& s, Quant* out) {
+  if (s == "none" || s == "bf16") *out = Quant::kNone;
+  else if (s == "fp8-block128") *out = Quant::kFp8Block128;
+  else return false;
+  return true;
+}
+
 std::string InferenceLayout::describe() const {
   std::string s;
   auto add = [&](const char* k, int v) { s += (s.empty() ? "" : ",") + std::string(k) + std::to_string(v); };
@@ -11,6 +26,7 @@ std::string InferenceLayout::describe() const {
   if (dp > 1) add("dp", dp);
   if (pp > 1) add("pp", pp);
   if (enable_ep) add("ep", tp * dp);
+  if (quant != Quant::kNone) s += std::string(" ") + quant_name(quant);
   if (replicas > 1) s += " x" + std::to_string(replicas) + " replicas";
   return s;
 }

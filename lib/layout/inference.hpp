@@ -11,15 +11,24 @@
 
 namespace shardsync {
 
+// What the inference engine's linear weights are (issue 20): the checkpoint's dtype, or block
+// FP8 (float8_e4m3fn with an fp32 weight_scale_inv per 128 x 128 block, vLLM's block-FP8
+// linear and MoE methods; which weights and in what shapes: plan/quant.hpp).
+enum class Quant : uint8_t { kNone, kFp8Block128 };
+const char* quant_name(Quant q);  // "none", "fp8-block128"
+// "none" / "fp8-block128" (also "bf16" for none: the checkpoint's dtype); false otherwise.
+bool parse_quant(const std::string& s, Quant* out);
+
 struct InferenceLayout {
   int replicas = 1;
   int tp = 1, dp = 1, pp = 1;
   bool enable_ep = false;
+  Quant quant = Quant::kNone;
   std::string source = "--inference";
 
   int ranks_per_replica() const { return tp * dp * pp; }
   int world_size() const { return replicas * ranks_per_replica(); }
-  std::string describe() const;  // "dp16,ep16" style plus replicas
+  std::string describe() const;  // "dp16,ep16" style, then " fp8-block128", then replicas
 };
 
 // Position of one inference rank.

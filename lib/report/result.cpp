@@ -40,7 +40,7 @@ double mean(const std::vector<double>& v) { return v.empty() ? 0 : reduce(v).avg
 EngineSummary summarize(const EngineRun& run) {
   EngineSummary s;
   s.engine = run.engine;
-  std::vector<double> times, gather, pack, transfer, process, wait, verify, rank_bw, tpeak, cpeak;
+  std::vector<double> times, gather, pack, transfer, process, quantize, wait, verify, rank_bw, tpeak, cpeak;
   int64_t moved = 0, one_pass = 0, messages = 0, gets = 0;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
@@ -60,6 +60,7 @@ EngineSummary summarize(const EngineRun& run) {
       } else {
         transfer.push_back(r.transfer_s);
         process.push_back(r.process_s);
+        quantize.push_back(r.quantize_s);
         wait.push_back(r.wait_s);
         verify.push_back(r.verify_s);
         moved += r.bytes_in;
@@ -76,6 +77,7 @@ EngineSummary summarize(const EngineRun& run) {
   s.pack_s = mean(pack);
   s.transfer_s = mean(transfer);
   s.process_s = mean(process);
+  s.quantize_s = mean(quantize);
   s.wait_s = mean(wait);
   s.verify_s = mean(verify);
   s.bytes_moved = moved / n;
@@ -96,6 +98,9 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
                               {"agg_bw", "GB/s"}, {"rank_bw", "GB/s"}, {"tr_peak", "MB"}, {"inf_peak", "MB"},
                               {"1pass", "%"}, {"msgs", ""}, {"#wrong", ""}, {"vs_bcast", "x"}};
   if (link_gbps > 0) cols.push_back({"of_link", "%"});
+  // An FP8 target: its quantization (the process step's part), mean over consumers.
+  const bool quantized = std::any_of(rows.begin(), rows.end(), [](const EngineSummary& r) { return r.quantize_s > 0; });
+  if (quantized) cols.insert(cols.begin() + 9, Column{"quantize", "s"});
   Table t(cols);
   if (!title.empty()) t.add_title(title);
   double base = 0;
@@ -112,6 +117,7 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
         fmt_int(r.messages), fmt_int(r.wrong),
         base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"};
     if (link_gbps > 0) cells.push_back(fmt_fixed(100.0 * r.aggregate_gbps / link_gbps, 1));
+    if (quantized) cells.insert(cells.begin() + 9, f(r.quantize_s));
     t.add_row(cells);
   }
   t.print(os);
@@ -126,6 +132,7 @@ nlohmann::json summary_json(const EngineSummary& s) {
           {"pack_s", s.pack_s},
           {"transfer_s", s.transfer_s},
           {"process_s", s.process_s},
+          {"quantize_s", s.quantize_s},
           {"wait_s", s.wait_s},
           {"verify_s", s.verify_s},
           {"bytes_moved", s.bytes_moved},
@@ -157,6 +164,7 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"transfer_s", r.transfer_s},
                        {"wait_s", r.wait_s},
                        {"process_s", r.process_s},
+                       {"quantize_s", r.quantize_s},
                        {"verify_s", r.verify_s},
                        {"bytes_in", r.bytes_in},
                        {"one_pass_bytes", r.one_pass_bytes},

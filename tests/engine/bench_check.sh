@@ -7,6 +7,7 @@
 # EXPECT_ENGINES overrides. EXPECT_ONE_PASS=some: every pull row read some bytes from the
 # trainers' weights in one pass (the 1pass column > 0); none: no row did. EXPECT_TRANSPORT:
 # a regex the run's transport line must match (that the transport asked for is the one used).
+# EXPECT_QUANTIZE=1: an FP8 target: every row quantized (the quantize column > 0).
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -34,6 +35,11 @@ for e in $engines; do
   # Each time column is a part of the sync's time: reads in flight together count once.
   awk -v t="$(awk -v c="$transfer_col" '{print $c}' <<<"$row")" -v m="$(awk -v c="$max_col" '{print $c}' <<<"$row")" \
     'BEGIN { exit !(t <= m + 1e-6) }' || fail "engine $e: transfer exceeds the slowest sync's time"
+  if [[ -n "${EXPECT_QUANTIZE:-}" ]]; then
+    q_col=$(col quantize)
+    [[ -n "$q_col" ]] || fail "no quantize column in the table header (an FP8 target)"
+    awk -v x="$(awk -v c="$q_col" '{print $c}' <<<"$row")" 'BEGIN { exit !(x + 0 > 0) }' || fail "engine $e did not quantize"
+  fi
   case "${EXPECT_ONE_PASS:-}:$e" in
     some:broadcast | :*) ;;
     some:*) awk -v x="$one_pass" 'BEGIN { exit !(x + 0 > 0) }' || fail "engine $e read nothing in one pass (1pass $one_pass)" ;;
