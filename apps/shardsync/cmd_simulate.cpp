@@ -24,6 +24,7 @@ struct SimulateOptions {
   bool reproduce = false;
   std::string compare;  // a bench result JSON to predict
   std::string json;
+  std::string wire = "bf16";  // with an FP8 target: bf16 (receivers quantize) or fp8 (codes and scales sent)
 };
 
 struct Published {
@@ -61,22 +62,24 @@ EngineKind engine_of(const std::string& name, const std::string& source, const s
 }
 
 std::vector<SimResult> simulate(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<EngineKind>& engines,
-                                int64_t bucket) {
+                                int64_t bucket, bool fp8_wire = false) {
   std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
-  Simulator sim(*s.model, *s.trainer, *s.inference, plans, cluster);
+  Simulator sim(*s.model, *s.trainer, *s.inference, plans, cluster, fp8_wire);
   std::vector<SimResult> out;
   for (EngineKind k : engines) out.push_back(sim.run(k, bucket));
   return out;
 }
 
-void print_results(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<SimResult>& rs) {
+void print_results(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<SimResult>& rs,
+                   const std::string& wire = "bf16") {
   Table t({{"engine", "", true}, {"time", "s"}, {"gather", "s"}, {"transfer", "s"}, {"overhead", "s"}, {"process", "s"},
            {"moved", "TB"}, {"ib", "TB"}, {"nvlink", "TB"}, {"agg_bw", "GB/s"}, {"tr_peak", "GB"}, {"inf_peak", "GB"},
            {"sol", "s"}, {"sol_pp", "s"}});
   Simulator probe(*s.model, *s.trainer, *s.inference, {}, cluster);
   t.add_title("simulated: model " + s.model->name() + ", trainer " + s.trainer->layout().describe() + " on " +
               std::to_string(probe.trainer_nodes()) + " nodes, inference " + s.inference->layout().describe() + " on " +
-              std::to_string(probe.inference_nodes()) + " nodes, cluster " + cluster.name);
+              std::to_string(probe.inference_nodes()) + " nodes, cluster " + cluster.name +
+              (s.inference->layout().quant != Quant::kNone ? ", wire " + wire : ""));
   for (const SimResult& r : rs)
     t.add_row({r.engine, fmt_fixed(r.total_s, 3), fmt_fixed(r.gather_s, 3), fmt_fixed(r.transfer_s, 3),
                fmt_fixed(r.overhead_s, 3), fmt_fixed(r.process_s, 3), fmt_fixed(double(r.bytes_moved) / 1e12, 3),
@@ -119,8 +122,10 @@ void run_simulate(const SimulateOptions& o) {
     cmp.print(std::cout);
   } else if (!o.reproduce) {
     ResolvedSetup s = resolve_setup(o.setup);
-    auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes);
-    print_results(s, cluster, rs);
+    auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes, o.wire == "fp8");
+    print_results(s, cluster, rs, o.wire);
+    j["quant"] = quant_name(s.inference->layout().quant);
+    j["wire"] = s.inference->layout().quant == Quant::kNone ? "bf16" : o.wire;
     for (const auto& r : rs) j["results"].push_back(to_json(r));
   } else {
     Table cmp({{"setup", "", true}, {"engine", "", true}, {"predicted", "s"}, {"published", "s"}, {"error", "%"}});
@@ -178,6 +183,11 @@ void setup_simulate_command(CLI::App& app) {
   sim->add_flag("--reproduce", o->reproduce, "Simulate the two published setups and compare with the published numbers");
   sim->add_option("--compare", o->compare, "Predict a measured bench result (its --json file): same model, layouts, engines");
   sim->add_option("--json", o->json, "Write the predictions to this JSON file");
+  sim->add_option("--wire", o->wire,
+                  "With --quant fp8-block128: bf16 (inference ranks pull bf16 and quantize) or fp8 (trainers send "
+                  "e4m3fn codes and fp32 scales, about half the bytes)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   sim->callback([o] { run_simulate(*o); });
 }
 

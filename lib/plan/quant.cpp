@@ -47,6 +47,21 @@ bool fp8_quantized(Slot s) {
   }
 }
 
+bool fp8_quantized_hf(const ParamMeta& p) {
+  if (p.is_bias) return false;
+  switch (p.kind) {
+    case TensorKind::kQProj: case TensorKind::kKProj: case TensorKind::kVProj: case TensorKind::kOProj:
+    case TensorKind::kGateProj: case TensorKind::kUpProj: case TensorKind::kDownProj:
+    case TensorKind::kExpertGate: case TensorKind::kExpertUp: case TensorKind::kExpertDown:
+    case TensorKind::kSharedGate: case TensorKind::kSharedUp: case TensorKind::kSharedDown:
+    case TensorKind::kMlaQA: case TensorKind::kMlaQB: case TensorKind::kMlaKvA: case TensorKind::kMlaKvB:
+    case TensorKind::kFusedExpertsGateUp: case TensorKind::kFusedExpertsDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int64_t QuantParam::scale_numel() const {
   int64_t n = 1;
   for (int64_t s : scale_shape) n *= s;

@@ -29,6 +29,13 @@ namespace shardsync {
 
 // Whether a block-FP8 target quantizes parameters of this slot.
 bool fp8_quantized(Slot s);
+// The same rule on HF tensors: those that quantized slots load (never a bias). What FP8 on the
+// wire sends as codes and scales (Quant.RulesOnSlotsAndHfTensorsAgree holds the two together).
+bool fp8_quantized_hf(const ParamMeta& p);
+// Bytes on the wire of n elements of a quantized HF tensor: n e4m3fn codes and the fp32 scales
+// of the n / 16,384 blocks they fill (a tensor's partial edge blocks are not counted: under
+// 0.1% of the scales of any real weight).
+inline int64_t fp8_wire_bytes(int64_t n) { return n + 4 * ((n + 16383) / 16384); }
 
 // One HF tensor's piece of a quantized parameter, seen as `matrices` of [N, K] (the leading
 // dimensions flattened: a FusedMoE parameter [E, N, K] has E, a linear weight 1): rows

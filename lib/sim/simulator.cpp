@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "plan/quant.hpp"
 
 namespace shardsync {
 
@@ -18,8 +19,20 @@ bool is_expert(TensorKind k) {
 }  // namespace
 
 Simulator::Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
-                     const std::vector<RankPlan>& plans, const ClusterSpec& cluster)
-    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster) {}
+                     const std::vector<RankPlan>& plans, const ClusterSpec& cluster, bool fp8_wire)
+    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster), fp8_wire_(fp8_wire) {
+  if (fp8_wire && inference.layout().quant != Quant::kFp8Block128)
+    throw InputError("--wire", "fp8", "FP8 on the wire needs an FP8 target (--quant fp8-block128)");
+}
+
+int64_t Simulator::wire_bytes(const ParamMeta& p, int64_t n) const {
+  return fp8_wire_ && fp8_quantized_hf(p) ? fp8_wire_bytes(n) : n * dtype_bytes(p.dtype);
+}
+
+double Simulator::process_factor() const {
+  if (inference_.layout().quant == Quant::kNone) return 2.0;
+  return fp8_wire_ ? 1.0 : 1.5;
+}
 
 int Simulator::trainer_nodes() const {
   return (trainer_.world_size() + cluster_.gpus_per_node - 1) / cluster_.gpus_per_node;
@@ -41,7 +54,7 @@ std::vector<std::vector<Simulator::Flow>> Simulator::flows(SourcePolicy policy) 
   for (const RankPlan& p : plans_)
     for (const Pull& pull : routes.pulls[size_t(p.local_rank)]) {
       const PlanEntry& e = p.entries[size_t(pull.entry)];
-      int64_t bytes = pull.copy.numel * dtype_bytes(model_.param(e.hf_param).dtype);
+      int64_t bytes = wire_bytes(model_.param(e.hf_param), pull.copy.numel);
       for (int rep = 0; rep < inference_.layout().replicas; ++rep)
         out[size_t(e.hf_param)].push_back(Flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes});
     }
@@ -203,18 +216,20 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
         pieces.emplace_back(trainer_gpu(piece.ranks.front()), piece.box.numel() * dtype_bytes(p.dtype));
       r.gather_s += gather_root_time(0, pieces, &r.bytes_nvlink, &r.bytes_ib);
       r.overhead_s += c.broadcast_tensor_us * 1e-6;
-      if (bucket > 0 && bucket + p.bytes() > bucket_bytes) flush();
-      bucket += p.bytes();
+      const int64_t sent = wire_bytes(p, p.numel());
+      if (bucket > 0 && bucket + sent > bucket_bytes) flush();
+      bucket += sent;
     }
     flush();
-    int64_t per_rank = model_.total_bytes();
+    int64_t per_rank = 0;
+    for (const ParamMeta& p : model_.params()) per_rank += wire_bytes(p, p.numel());
     r.bytes_moved = per_rank * inference_.world_size();
     (receivers_off_node > 0 ? r.bytes_ib : r.bytes_nvlink) += r.bytes_moved;
     // The root packs each bucket, and every inference rank replays its plan on the full
     // tensors: device copies (read + write) of the model and of the rank's share.
     int64_t share = 0;
     for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
-    r.process_s = 2.0 * double(model_.total_bytes() + share) / (c.hbm_gbps * 1e9);
+    r.process_s = (2.0 * double(model_.total_bytes()) + process_factor() * double(share)) / (c.hbm_gbps * 1e9);
     r.total_s = r.gather_s + r.overhead_s + r.transfer_s + r.process_s;
     r.trainer_peak_bytes = shard_peak + std::min(bucket_bytes, model_.total_bytes()) + largest_tensor;
     r.inference_peak_bytes = live_peak + std::min(bucket_bytes, model_.total_bytes());
@@ -278,7 +293,7 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
       }
       // The last group's process + copy into live weights (HBM speed) is not overlapped.
       int64_t last = groups[size_t(gs.back())].bytes / std::max(1, inference_.layout().ranks_per_replica());
-      double process = 2.0 * double(last) / (c.hbm_gbps * 1e9);
+      double process = process_factor() * double(last) / (c.hbm_gbps * 1e9);
       r.process_s += process;
       stage_t += process;
       total = c.pp_serial ? total + stage_t : std::max(total, stage_t);

@@ -32,8 +32,11 @@ struct SimResult {
 // trainer's, in rank order (trainer and inference on separate nodes, as the seed's runs).
 class Simulator {
  public:
+  // An FP8 target (inference.layout().quant): the process step quantizes (bf16 read, codes
+  // written); fp8_wire: the trainer sends codes and scales instead (fp8_wire_bytes) and the
+  // process step places them.
   Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
-            const std::vector<RankPlan>& plans, const ClusterSpec& cluster);
+            const std::vector<RankPlan>& plans, const ClusterSpec& cluster, bool fp8_wire = false);
   // Throws Error naming the row when the table gives it no schedule model.
   SimResult run(const EngineSpec& engine, int64_t bucket_bytes = int64_t(1) << 30) const;
   SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const {
@@ -56,12 +59,18 @@ class Simulator {
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
+  // Bytes on the wire of n elements of HF tensor p (FP8 on the wire: codes and scales).
+  int64_t wire_bytes(const ParamMeta& p, int64_t n) const;
+  // Device bytes read and written by the process step per bf16 byte that lands: 2 for a bf16
+  // target (read + write), 1.5 quantizing (2 read, 1 written), 1 placing FP8 codes.
+  double process_factor() const;
 
   const ModelSpec& model_;
   const TrainerPlacement& trainer_;
   const InferencePlacement& inference_;
   const std::vector<RankPlan>& plans_;
   ClusterSpec cluster_;
+  bool fp8_wire_ = false;
 };
 
 }  // namespace shardsync

@@ -129,6 +129,27 @@ TEST(Quant, Llama4FusedExperts) {  // Llama-4-Scout's text part at TP 8, experts
   EXPECT_EQ(r.quant.count(m + "router.weight"), 0u);
 }
 
+// The rule on slots (what the receiver quantizes) and on HF tensors (what FP8 on the wire
+// sends as codes): for every plan entry of every architecture, the two agree.
+TEST(Quant, RulesOnSlotsAndHfTensorsAgree) {
+  for (const char* m : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4"}) {
+    ModelSpec model = load_model(m);
+    InferenceLayout l = parse_inference_spec("tp1");
+    l.replicas = 1;
+    InferencePlacement inf(model, l);
+    const RankPlan plan = record_rank_plan(model, inf, 0);
+    int quantized = 0;
+    for (const PlanEntry& e : plan.entries) {
+      if (e.is_fill()) continue;
+      const EngineParam& p = plan.params[size_t(e.engine_param)];
+      EXPECT_EQ(fp8_quantized(p.slot), fp8_quantized_hf(model.param(e.hf_param)))
+          << m << ": " << p.name << " from " << model.param(e.hf_param).name;
+      quantized += fp8_quantized(p.slot);
+    }
+    EXPECT_GT(quantized, 0) << m;
+  }
+}
+
 TEST(Quant, NoneQuantizesNothing) {
   ModelSpec m = load_model("qwen3-8b");
   InferenceLayout l = parse_inference_spec("tp2");

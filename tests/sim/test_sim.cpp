@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "layout/parse.hpp"
+#include "plan/quant.hpp"
 #include "sim/simulator.hpp"
 
 namespace shardsync {
@@ -55,6 +56,29 @@ TEST(Sim, ReproducesThePublishedTimesWithin25Percent) {
   EXPECT_NEAR(double(r.bytes_moved) / 1e12, 7.9, 0.9);
   EXPECT_NEAR(r.sol_abs_s, 1.25, 0.25);
   EXPECT_NEAR(r.sol_pp_serial_s, 5.0, 1.0);
+}
+
+// Both FP8 modes: FP8 on the wire sends each quantized element as one byte plus its block's
+// scale, so Qwen3-235B at the published DP16/EP16 moves about half the bf16 bytes (its
+// embedding, lm_head, norms and routers stay bf16); receiver-side quantization moves the
+// bf16 bytes. FP8 on the wire without an FP8 target is refused.
+TEST(Sim, Fp8OnTheWireMovesAboutHalfTheBytes) {
+  ClusterSpec c = load_cluster("h100-ib400");
+  LayoutFile f = load_layout("qwen3-235b-published");
+  f.inference.quant = Quant::kFp8Block128;
+  SimCase fp8(f);
+  SimCase bf16(load_layout("qwen3-235b-published"));
+  for (EngineKind e : {EngineKind::kBroadcast, EngineKind::kV3, EngineKind::kV4}) {
+    const SimResult plain = Simulator(bf16.model, bf16.trainer, bf16.inference, bf16.plans, c).run(e);
+    const SimResult receiver = Simulator(fp8.model, fp8.trainer, fp8.inference, fp8.plans, c).run(e);
+    const SimResult wire = Simulator(fp8.model, fp8.trainer, fp8.inference, fp8.plans, c, true).run(e);
+    EXPECT_EQ(receiver.bytes_moved, plain.bytes_moved) << engine_name(e);
+    const double ratio = double(wire.bytes_moved) / double(plain.bytes_moved);
+    EXPECT_GT(ratio, 0.50) << engine_name(e);  // codes are half; scales and unquantized tensors add
+    EXPECT_LT(ratio, 0.56) << engine_name(e);
+    EXPECT_LE(wire.transfer_s, plain.transfer_s) << engine_name(e);
+  }
+  EXPECT_THROW(Simulator(bf16.model, bf16.trainer, bf16.inference, bf16.plans, c, true), InputError);
 }
 
 TEST(Sim, BytesAreTheEnginesBytes) {
