@@ -7,6 +7,7 @@
 # (receiver quantize), every byte, code and scale verified in the run that times it.
 #
 #   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/fp8.sh
+#   PARTS="tests kernel" ... / PARTS=engines REBUILD=0 SUM_MODE=append ... (in two launches)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/fp8}"
@@ -18,16 +19,22 @@ if [[ ! -x build-gpu/apps/shardsync || "${REBUILD:-1}" == 1 ]]; then
   step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
 fi
+PARTS="${PARTS:-tests kernel engines}"
+if [[ " $PARTS " == *" tests "* ]]; then
 step ctest 600 bash -c "cd build-gpu && ctest -j 2 --output-on-failure --timeout 300 -R 'Kernels|Fp8|Synth|Quant|gpu\.'"
 grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -15 | tee -a "$SUM"
 cp "$LOGS/ctest.log" "$OUT/ctest.log"
 step vs-torch 300 python3 scripts/gpu/fp8_vs_torch.py build-gpu/apps/shardsync-fp8-bench --json "$OUT/fp8-vs-torch.json"
 tail -12 "$LOGS/vs-torch.log" | tee -a "$SUM"
+fi
+if [[ " $PARTS " == *" kernel "* ]]; then
 FB=build-gpu/apps/shardsync-fp8-bench
 for shape in 16384x16384 4096x12288 7168x18432; do
   step "kernel-$shape" 300 $FB --device cuda --rows "${shape%x*}" --cols "${shape#*x}" --reps 50 --json "$OUT/kernel-$shape.json"
   grep -E "^ *(copy|quantize) " "$LOGS/kernel-$shape.log" | sed "s/^/$shape /" | tee -a "$SUM"
 done
+fi
+[[ " $PARTS " == *" engines "* ]] || exit 0
 SS=build-gpu/apps/shardsync
 BUF="--send-buffer 1G --recv-buffer 1G --chunk 256M --inflight 2 --syncs 5 --warmup 1 -q"
 for q in none fp8-block128; do
