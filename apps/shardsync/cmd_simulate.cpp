@@ -103,6 +103,7 @@ void run_simulate(const SimulateOptions& o) {
     lo.trainer = m.trainer;
     lo.inference = m.inference.substr(0, m.inference.find(' '));
     lo.replicas = m.replicas;
+    lo.quant = m.quant;  // an FP8 target measured with receivers quantizing (bf16 on the wire)
     ResolvedSetup s = resolve_setup(lo);
     std::vector<EngineKind> engines;
     for (const EngineResult& e : m.engines) engines.push_back(engine_of(e.engine, o.compare, "engines[].engine"));

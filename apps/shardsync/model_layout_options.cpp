@@ -63,7 +63,7 @@ ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
     Quant file_quant = inference.quant;
     inference = parse_inference_spec(opts.inference);
     if (inference.replicas == 0) inference.replicas = file_replicas;  // not given in the spec
-    inference.quant = file_quant;  // --quant overrides it
+    inference.quant = file_quant;  // the spec has no quant; --quant below overrides the file's
   }
   if (opts.replicas > 0) inference.replicas = opts.replicas;
   if (!opts.quant.empty() && !parse_quant(opts.quant, &inference.quant))

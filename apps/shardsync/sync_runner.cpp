@@ -233,6 +233,10 @@ std::string describe_mismatch(const RankStats& r, const World& w, const Resolved
   const RankPlan& p = plans[size_t(s.inference->coord(inf_rank).local)];
   std::string param = r.bad_param >= 0 ? p.params[size_t(r.bad_param)].name : "?";
   std::string hf = "(padding)";
+  if (r.bad_index < 0 && r.bad_param >= 0)  // an FP8 target's scale (verify_fp8: -1 - its index)
+    return "rank " + std::to_string(r.rank) + " (inference rank " + std::to_string(inf_rank) + "): " +
+           std::to_string(r.mismatches) + " wrong elements; first in the FP8 scales of " + param +
+           " (weight_scale_inv) at element " + std::to_string(-1 - r.bad_index);
   for (const PlanEntry& e : p.entries) {
     if (e.engine_param != r.bad_param) continue;
     bool hit = false;

@@ -13,7 +13,7 @@ const char* quant_name(Quant q) {
 }
 
 bool parse_quant(const std::string& s, Quant* out) {
-  if (s == "none" || s == "bf16") *out = Quant::kNone;
+  if (s == "none") *out = Quant::kNone;
   else if (s == "fp8-block128") *out = Quant::kFp8Block128;
   else return false;
   return true;

@@ -16,7 +16,7 @@ namespace shardsync {
 // linear and MoE methods; which weights and in what shapes: plan/quant.hpp).
 enum class Quant : uint8_t { kNone, kFp8Block128 };
 const char* quant_name(Quant q);  // "none", "fp8-block128"
-// "none" / "fp8-block128" (also "bf16" for none: the checkpoint's dtype); false otherwise.
+// "none" / "fp8-block128"; false otherwise.
 bool parse_quant(const std::string& s, Quant* out);
 
 struct InferenceLayout {

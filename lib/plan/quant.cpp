@@ -77,6 +77,9 @@ std::vector<QuantParam> quant_params(const ModelSpec& model, const InferencePlac
   for (int32_t i = 0; i < int32_t(params.size()); ++i) {
     const EngineParam& p = params[size_t(i)];
     if (!fp8_quantized(p.slot)) continue;
+    if (p.dtype != DType::kBF16)
+      throw InputError("--quant fp8-block128", p.name,
+                       std::string("block FP8 quantizes bf16 weights; this one is ") + dtype_name(p.dtype));
     QuantParam q;
     q.param = i;
     q.scale_name = scale_name_of(p.name);

@@ -38,6 +38,7 @@ ResultFile read_result_file(const std::string& path) {
     r.trainer = cfg.get_string_or("trainer", "");
     r.inference = cfg.get_string_or("inference", "");
     r.replicas = int(cfg.get_int_or("replicas", 1, 1));
+    r.quant = cfg.get_string_or("quant", "none");
     r.ranks = int(cfg.get_int_or("ranks", 0));
     r.bucket_bytes = cfg.get_int_or("bucket_bytes", 0);
     r.memory = top.get_string_or("memory", "?");

@@ -21,6 +21,7 @@ struct EngineResult {
 struct ResultFile {
   std::string model;                          // config.model
   std::string trainer, inference;             // config.trainer, config.inference ("" if absent)
+  std::string quant = "none";                 // config.quant (an FP8 target: fp8-block128)
   int replicas = 1, ranks = 0;                // config.replicas, config.ranks
   int64_t bucket_bytes = 0;                   // config.bucket_bytes (0 if absent)
   std::string memory = "?";                   // memory

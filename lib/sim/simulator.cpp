@@ -29,9 +29,13 @@ int64_t Simulator::wire_bytes(const ParamMeta& p, int64_t n) const {
   return fp8_wire_ && fp8_quantized_hf(p) ? fp8_wire_bytes(n) : n * dtype_bytes(p.dtype);
 }
 
-double Simulator::process_factor() const {
-  if (inference_.layout().quant == Quant::kNone) return 2.0;
-  return fp8_wire_ ? 1.0 : 1.5;
+double Simulator::process_factor() const { return fp8_wire_ ? 1.0 : 2.0; }
+
+double Simulator::quantize_pass_s() const {
+  if (inference_.layout().quant == Quant::kNone || fp8_wire_) return 0;
+  int64_t share = 0;
+  for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
+  return 1.5 * double(share) / (cluster_.hbm_gbps * 1e9);
 }
 
 int Simulator::trainer_nodes() const {
@@ -305,6 +309,9 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   } else {
     throw Error(std::string("simulate: engine ") + engine.name + ": unknown schedule model");
   }
+  const double quantize = quantize_pass_s();
+  r.process_s += quantize;
+  r.total_s += quantize;
   if (engine.delivery == Delivery::kPull)
     for (const auto& x : f)
       for (const Flow& y : x) r.bytes_moved += y.bytes;

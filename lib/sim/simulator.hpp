@@ -61,9 +61,13 @@ class Simulator {
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
   // Bytes on the wire of n elements of HF tensor p (FP8 on the wire: codes and scales).
   int64_t wire_bytes(const ParamMeta& p, int64_t n) const;
-  // Device bytes read and written by the process step per bf16 byte that lands: 2 for a bf16
-  // target (read + write), 1.5 quantizing (2 read, 1 written), 1 placing FP8 codes.
+  // Device bytes read and written by the process step's copy per bf16 byte that lands: 2
+  // (read + write), 1 placing FP8 codes sent on the wire.
   double process_factor() const;
+  // A receiver-side FP8 target: the engines quantize a rank's weights in one pass after the
+  // last piece landed (in place, the default): bf16 read, codes written, 1.5 bytes per bf16
+  // byte of the busiest rank at HBM speed, not overlapped. 0 otherwise.
+  double quantize_pass_s() const;
 
   const ModelSpec& model_;
   const TrainerPlacement& trainer_;

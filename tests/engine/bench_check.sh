@@ -7,7 +7,8 @@
 # EXPECT_ENGINES overrides. EXPECT_ONE_PASS=some: every pull row read some bytes from the
 # trainers' weights in one pass (the 1pass column > 0); none: no row did. EXPECT_TRANSPORT:
 # a regex the run's transport line must match (that the transport asked for is the one used).
-# EXPECT_QUANTIZE=1: an FP8 target: every row quantized (the quantize column > 0).
+# EXPECT_QUANTIZE=1: an FP8 target: a quantize column with a value in every row, > 0 in the
+# rows that quantize on the main lane (layerwise rows on the background lane time the launch).
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -22,6 +23,7 @@ col() { awk -v name="$1" '$1 == "#" && $2 == "engine" { for (i = 2; i <= NF; ++i
 if [[ -n "${EXPECT_TRANSPORT:-}" ]]; then
   grep -qE "^# model .*, transport $EXPECT_TRANSPORT" <<<"$out" || fail "the transport line does not match '$EXPECT_TRANSPORT'"
 fi
+quantized=0
 wrong_col=$(col "#wrong"); pass_col=$(col 1pass); max_col=$(col max); transfer_col=$(col transfer)
 [[ -n "$wrong_col" && -n "$pass_col" ]] || fail "no #wrong or 1pass column in the table header"
 for e in $engines; do
@@ -38,7 +40,9 @@ for e in $engines; do
   if [[ -n "${EXPECT_QUANTIZE:-}" ]]; then
     q_col=$(col quantize)
     [[ -n "$q_col" ]] || fail "no quantize column in the table header (an FP8 target)"
-    awk -v x="$(awk -v c="$q_col" '{print $c}' <<<"$row")" 'BEGIN { exit !(x + 0 > 0) }' || fail "engine $e did not quantize"
+    q=$(awk -v c="$q_col" '{print $c}' <<<"$row")
+    [[ "$q" =~ ^[0-9]+\.[0-9]+$ ]] || fail "engine $e: quantize column '$q'"
+    awk -v x="$q" 'BEGIN { exit !(x + 0 > 0) }' && quantized=$((quantized + 1))
   fi
   case "${EXPECT_ONE_PASS:-}:$e" in
     some:broadcast | :*) ;;
@@ -46,4 +50,5 @@ for e in $engines; do
     none:*) [[ "$one_pass" == 0.0 || "$one_pass" == - ]] || fail "engine $e read $one_pass% in one pass, expected none" ;;
   esac
 done
+[[ -z "${EXPECT_QUANTIZE:-}" || ${quantized:-0} -gt 0 ]] || fail "no engine spent time quantizing (an FP8 target)"
 echo "ok: $(for e in $engines; do awk -v e="$e" '$1 == e {printf "%s %ss; ", $1, $3}' <<<"$out"; done)"

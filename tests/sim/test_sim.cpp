@@ -73,6 +73,9 @@ TEST(Sim, Fp8OnTheWireMovesAboutHalfTheBytes) {
     const SimResult receiver = Simulator(fp8.model, fp8.trainer, fp8.inference, fp8.plans, c).run(e);
     const SimResult wire = Simulator(fp8.model, fp8.trainer, fp8.inference, fp8.plans, c, true).run(e);
     EXPECT_EQ(receiver.bytes_moved, plain.bytes_moved) << engine_name(e);
+    // Receivers quantize a rank's weights after the last piece: 1.5 bytes per bf16 byte at HBM speed.
+    EXPECT_GT(receiver.process_s, plain.process_s) << engine_name(e);
+    EXPECT_NEAR(receiver.total_s - plain.total_s, receiver.process_s - plain.process_s, 1e-9) << engine_name(e);
     const double ratio = double(wire.bytes_moved) / double(plain.bytes_moved);
     EXPECT_GT(ratio, 0.50) << engine_name(e);  // codes are half; scales and unquantized tensors add
     EXPECT_LT(ratio, 0.56) << engine_name(e);
