@@ -81,6 +81,7 @@ struct TrainerSide {
   std::unique_ptr<GroupComm> trainers_comm, tp_comm, etp_comm;  // gathers
   std::map<int, ProducerSchedule> schedules;                    // by engine
   std::map<int, RequestCache> request_cache;                    // by engine
+  DeviceBuffer bcast_bucket;                                    // rank 0: broadcast's bucket, kept across syncs
 };
 
 // What an inference rank holds: its plan, the registered receive buffer, the live weights
@@ -100,6 +101,7 @@ struct ConsumerSide {
   std::map<int, ConsumerSchedule> schedules;                  // by engine
   std::map<int, bool> requests_sent;                          // engines whose requests were sent once
   BufferPool layerwise_pool;
+  DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs
   // An FP8 target (plan/quant.hpp, quantize.cpp): the quantized parameters, and the live FP8
   // weights in `fp8`: each one's e4m3fn codes and fp32 scales (byte offsets in it). The bf16
   // values land in `live` or a layerwise buffer as for any target; the process step quantizes.
