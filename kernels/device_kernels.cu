@@ -48,7 +48,7 @@ DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int3
   j.runs = in.size == 0 ? 0 : desc.numel / in.size;
   // Vector width: both sides contiguous (synth: the index side is always "contiguous" when
   // its stride is 1), every run start and the base pointers aligned to it.
-  bool src_contig = in.src_stride == 1 || mode == kernels::kZero, dst_contig = in.dst_stride == 1;
+  bool src_contig = in.src_stride == 1 || mode == kernels::kZero || mode == kernels::kVerifyZero, dst_contig = in.dst_stride == 1;
   int32_t v = eb;
   if (src_contig && dst_contig) {
     for (int32_t cand : {16, 8, 4}) {
@@ -188,7 +188,8 @@ class CudaDevice : public Device {
     std::vector<int64_t> index;  // device job -> caller's job
     for (size_t i = 0; i < jobs.size(); ++i)
       if (jobs[i].desc.numel > 0) {
-        dj.push_back(make_dev_job(jobs[i].desc, nullptr, jobs[i].dst, jobs[i].elem_bytes, kernels::kVerify, jobs[i].seed));
+        dj.push_back(make_dev_job(jobs[i].desc, nullptr, jobs[i].dst, jobs[i].elem_bytes,
+                                  jobs[i].zero ? kernels::kVerifyZero : kernels::kVerify, jobs[i].seed));
         index.push_back(int64_t(i));
       }
     unsigned long long init[2] = {0ull, ~0ull};

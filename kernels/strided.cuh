@@ -19,7 +19,7 @@ namespace shardsync::kernels {
 inline constexpr int kMaxOuter = 7;
 inline constexpr int64_t kTileUnits = 8192;
 
-enum JobMode : int32_t { kCopy = 0, kSynth = 1, kZero = 2, kVerify = 3 };
+enum JobMode : int32_t { kCopy = 0, kSynth = 1, kZero = 2, kVerify = 3, kVerifyZero = 4 };  // kVerifyZero: the padding's zeros
 
 struct DevJob {
   const uint8_t* src;  // kCopy only

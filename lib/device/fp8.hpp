@@ -78,8 +78,10 @@ SHARDSYNC_HD float fp8_scale_inv(float amax) {
   return amax > 0.0f ? amax / kE4m3Max : 1.0f;
 }
 
-// One element's code under its block's scale_inv (NaN / scale_inv is NaN: it stays NaN).
+// One element's code under its block's scale_inv. A NaN is converted before the division:
+// GPUs divide it into the canonical NaN, losing its sign.
 SHARDSYNC_HD uint8_t fp8_quantize(float x, float scale_inv) {
+  if ((float_to_bits(x) & 0x7fffffffu) > 0x7f800000u) return e4m3_from_float(x);
   return e4m3_from_float(x / scale_inv);  // saturates: the clamp to +-448
 }
 

@@ -13,6 +13,9 @@ twin, and compares both, bit for bit, with PyTorch on the CPU and on the GPU:
     scale = amax / 448 where amax > 0, else 1
     code  = (x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
 
+PyTorch on the CPU must agree on every code; on the GPU its conversion writes 0x7f for a
+negative NaN too (fp8.hpp keeps the sign, 0xff): those are counted apart.
+
 Exit status: 0 all equal, 1 a difference (the first ones printed), 77 no torch or no GPU.
 """
 import argparse
@@ -91,7 +94,9 @@ def torch_quantize(x, dev):
     finite = torch.where(torch.isfinite(xf), xf.abs(), torch.zeros_like(xf))
     pad[:ROWS, :COLS] = finite
     amax = pad.reshape(br, B, bc, B).amax(dim=(1, 3))
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    # A tensor divisor: PyTorch on CUDA turns division by a Python scalar into a multiplication
+    # by its reciprocal, which is not amax / 448 rounded once (1 ulp off in 8 of 20 blocks).
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
     full = scale.repeat_interleave(B, 0).repeat_interleave(B, 1)[:ROWS, :COLS]
     codes = (xf / full).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
     return codes.cpu(), scale.cpu()
@@ -128,8 +133,18 @@ def main():
         want = {"codes": codes, "scales": scales.view(torch.int32)}
         for who in ("device", "twin"):
             for what in ("codes", "scales"):
-                diff = (got[who + " " + what] != want[what]).nonzero()
+                differ = got[who + " " + what] != want[what]
                 key = "%s %s vs torch %s" % (who, what, dev)
+                if what == "codes" and dev == "cuda":
+                    # PyTorch's CUDA conversion writes 0x7f for every NaN, dropping a negative
+                    # NaN's sign (its CPU conversion keeps it, 0xff, as fp8.hpp does): counted
+                    # apart, not as a difference.
+                    nan_sign = differ & torch.isnan(x.float()) & ((got[who + " " + what] & 0x7f) == 0x7f) & \
+                        ((want[what] & 0x7f) == 0x7f)
+                    report[key + " (NaN sign only)"] = int(nan_sign.sum())
+                    print("fp8_vs_torch: %-32s %d NaN codes differ in their sign only" % (key, int(nan_sign.sum())))
+                    differ = differ & ~nan_sign
+                diff = differ.nonzero()
                 report[key] = int(diff.shape[0])
                 print("fp8_vs_torch: %-32s %d of %d differ" % (key, diff.shape[0], want[what].numel()))
                 for r, c in diff[:5].tolist():

@@ -230,16 +230,18 @@ TEST(Kernels, SynthAndVerifyMatchCpuTwins) {
   REQUIRE_GPU();
   auto gpu = make_cuda_device(0);
   std::mt19937_64 rng(11);
-  for (int32_t eb : {2, 4}) {
+  // zero: the padding's jobs (the loaders' zero_() entries), filled and checked as zeros.
+  for (int32_t eb : {2, 4})
+   for (bool zero : {false, true}) {
     std::vector<int64_t> shape;
     CopyDesc d = random_desc(rng, &shape);
     int64_t lo = 0, hi = 0;
     dest_range(d, &lo, &hi);
-    std::vector<uint8_t> cpu(size_t(hi * eb), 0);
+    std::vector<uint8_t> cpu(size_t(hi * eb), 0x5a);
     DeviceBuffer dev(gpu.get(), hi * eb);
     gpu->from_host(dev.data(), cpu.data(), hi * eb);
-    SynthJob cj{cpu.data(), synth_seed(5, 3), d, eb, false};
-    SynthJob gj{dev.data(), synth_seed(5, 3), d, eb, false};
+    SynthJob cj{cpu.data(), synth_seed(5, 3), d, eb, zero};
+    SynthJob gj{dev.data(), synth_seed(5, 3), d, eb, zero};
     cpu_synth(cj);
     gpu->synth({gj});
     gpu->synchronize();
@@ -291,10 +293,33 @@ TEST(Kernels, Fp8QuantizeMatchesCpuTwin) {
     int64_t rows, cols, src_ld;
   };
   for (const Case& c :
-       {Case{256, 384, 384}, Case{300, 200, 200}, Case{130, 129, 131}, Case{1, 5, 5}}) {
-    for (int pattern = 0; pattern < 2; ++pattern) {
+       {Case{256, 384, 384}, Case{300, 200, 200}, Case{130, 129, 131}, Case{1, 5, 5}, Case{1024, 2048, 2048}}) {
+    for (int pattern = 0; pattern < 4; ++pattern) {
       std::vector<uint16_t> w(size_t(c.rows * c.src_ld));
       for (auto& x : w) x = uint16_t(rng());  // every exponent, NaN and Inf patterns too
+      if (pattern == 2) {
+        // Every bf16 of magnitude <= 448, and every Inf and NaN, both signs, in blocks whose
+        // scale is 1 (each block's first element is 448): each code is the value's own
+        // conversion, every tie and subnormal of e4m3fn among them.
+        if ((c.rows / kFp8Block) * (c.cols / kFp8Block) < 3) continue;
+        std::vector<uint16_t> every;
+        for (uint32_t m = 0; m <= 0x7fff; ++m)
+          if (m <= 0x43e0 || m >= 0x7f80) every.insert(every.end(), {uint16_t(m), uint16_t(m | 0x8000)});
+        size_t next = 0;
+        for (int64_t r0 = 0; r0 + kFp8Block <= c.rows; r0 += kFp8Block)
+          for (int64_t c0 = 0; c0 + kFp8Block <= c.cols; c0 += kFp8Block)
+            for (int64_t i = 0; i < kFp8Block * kFp8Block; ++i)
+              w[size_t((r0 + i / kFp8Block) * c.src_ld + c0 + i % kFp8Block)] =
+                  i == 0 ? uint16_t(0x43e0) : every[next++ % every.size()];
+        ASSERT_GE(next, every.size());
+      }
+      if (pattern == 3) {
+        // Weights as a trained model's: finite, both signs, magnitudes over 2^-16 .. 2^5 with
+        // every mantissa, so block scales differ and quotients fall anywhere between codes
+        // (the register path divides by the block's reciprocal and a correction: this checks
+        // it against the twin's plain division).
+        for (auto& x : w) x = uint16_t((rng() & 0x807f) | ((127 - 16 + rng() % 22) << 7));
+      }
       if (pattern == 1) {
         for (int64_t r = 0; r < c.rows; ++r)
           for (int64_t k = 0; k < c.cols; ++k) {
