@@ -99,6 +99,13 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
                   "stay packed, a get costing a round trip")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
+  app->add_option("--wire", o->engine.wire_fp8,
+                  "With --quant fp8-block128, what pull engines send of the quantized weights: bf16 "
+                  "(inference ranks quantize in their process step) or fp8 (trainers quantize each piece "
+                  "of whole 128 x 128 blocks as they pack it; e4m3fn codes and fp32 scales travel, about "
+                  "half the bytes). The broadcast baseline always sends bf16")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"bf16", false}, {"fp8", true}}))
+      ->option_text("bf16|fp8 (default: bf16)");
   app->add_flag("--layerwise", o->engine.layerwise,
                 "vLLM's layerwise reload: pieces land in a buffer per weight group, which is "
                 "processed and copied into the live weights when complete (every piece packed); "
@@ -118,6 +125,14 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
       ->capture_default_str();
   app->add_option("--inject-corrupt", o->engine.corrupt_at_sync,
                   "Test hook: flip one received bit at this sync")
+      ->group("Testing");
+  app->add_option("--inject-corrupt-in", o->engine.corrupt_in,
+                  "Test hook: where --inject-corrupt flips its bit: the first byte of the first chunk "
+                  "landed (any), or of the first FP8 piece's codes or scales (--wire fp8)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, SyncOptions::CorruptIn>{
+          {"any", SyncOptions::CorruptIn::kAny}, {"fp8-code", SyncOptions::CorruptIn::kFp8Code},
+           {"fp8-scale", SyncOptions::CorruptIn::kFp8Scale}}))
+      ->option_text("any|fp8-code|fp8-scale (default: any)")
       ->group("Testing");
   app->add_option("--fail-at", o->fail_at,
                   "Test hook: sync=K,rank=R: inference world rank R kills itself mid-sync K")
@@ -369,6 +384,11 @@ void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines
             << fmt_human_bytes(o.engine.effective_chunk_bytes()) << ", inflight "
             << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n# one pass: "
             << engines.one_pass_description() << "\n";
+  if (rs.s.inference->layout().quant != Quant::kNone)
+    std::cout << "# target " << quant_name(rs.s.inference->layout().quant) << ", wire "
+              << (o.engine.wire_fp8 ? "fp8: trainers quantize each piece as they pack it, codes and scales travel"
+                                    : "bf16: inference ranks quantize in their process step")
+              << " (broadcast: bf16)\n";
   // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
   auto mca_is = [](const char* name, const char* want) {
     const char* v = std::getenv(name);
@@ -517,6 +537,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"inference", rs.s.inference->layout().describe()},
                    {"replicas", rs.s.inference->layout().replicas},
                    {"quant", quant_name(rs.s.inference->layout().quant)},
+                   {"wire", o.engine.wire_fp8 ? "fp8" : "bf16"},
                    {"ranks", size},
                    {"transport", engines.transport_description()},
                    {"memory", o.memory},

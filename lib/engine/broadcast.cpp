@@ -79,6 +79,7 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
 RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version) {
   RankStats st;
   st.rank = world.rank;
+  consumer_side.fp8_arrived = false;  // bf16 on the wire: the process step quantizes
   CtrlMsg start;
   if (!take_start(EngineKind::kBroadcast, sync_index, version, nullptr, &start)) {
     st.reported = 0;

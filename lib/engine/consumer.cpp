@@ -70,6 +70,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   RankStats st;
   st.rank = world.rank;
   const ConsumerSchedule& sched = consumer_schedule(e);
+  consumer_side.fp8_arrived = opt.wire_fp8 && !consumer_side.quant.empty();
   const int L = world.local_rank;
   std::deque<CtrlMsg> readies;
 
@@ -157,11 +158,19 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     const Chunk& ch = it->second[size_t(f.chunk)];
     uint8_t* base = consumer_side.landing.data() + f.offset;
     if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted) {
-      uint8_t b = 0;  // test hook: one flipped bit must fail verification
-      device->to_host(&b, base, 1);
-      b ^= 0x01;
-      device->from_host(base, &b, 1);
-      corrupted = true;
+      // Test hook: one flipped bit must fail verification (the chunk's first byte, or the
+      // first FP8 piece's first code or scale).
+      uint8_t* at = opt.corrupt_in == SyncOptions::CorruptIn::kAny ? base : nullptr;
+      for (const ChunkPiece& p : ch.pieces)
+        if (!at && p.fp8)
+          at = base + p.buf_offset + (opt.corrupt_in == SyncOptions::CorruptIn::kFp8Scale ? fp8_scales_at(p) : 0);
+      if (at) {
+        uint8_t b = 0;
+        device->to_host(&b, at, 1);
+        b ^= 0x01;
+        device->from_host(at, &b, 1);
+        corrupted = true;
+      }
     }
     PhaseTimer t(st.process_s);
     std::vector<CopyJob> jobs;
@@ -169,12 +178,22 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     for (const ChunkPiece& p : ch.pieces) {
       int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
       int32_t g = consumer_side.group_of_param[size_t(ep)];
-      uint8_t* dst = consumer_side.live.data() + consumer_side.param_offset[size_t(ep)];
-      if (!in_place)
-        dst = layerwise(g, buffers, meter).data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first);
-      jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype))});
-      packed_landed += p.bytes;
-      if ((group_left[g] -= p.bytes) == 0 && !in_place) completed.push_back(g);
+      const int32_t eb = int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype));
+      const int64_t plan_bytes = p.copy.numel * eb;  // what the piece places, in the plan's dtype
+      if (p.fp8) {  // codes and scales straight into the live FP8 weights, in place or layerwise
+        const int32_t qi = consumer_side.quant_of_param[size_t(ep)];
+        uint8_t* fp8 = consumer_side.fp8.data();
+        jobs.push_back(CopyJob{base + p.buf_offset, fp8 + consumer_side.codes_offset[size_t(qi)], unpack_copy(p.copy), 1});
+        jobs.push_back(CopyJob{base + p.buf_offset + fp8_scales_at(p), fp8 + consumer_side.scale_offset[size_t(qi)],
+                               p.scales, 4});
+      } else {
+        uint8_t* dst = consumer_side.live.data() + consumer_side.param_offset[size_t(ep)];
+        if (!in_place)
+          dst = layerwise(g, buffers, meter).data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first);
+        jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb});
+      }
+      packed_landed += plan_bytes;
+      if ((group_left[g] -= plan_bytes) == 0 && !in_place) completed.push_back(g);
     }
     device->copy(jobs);
     landing_free.push_back(Pending{device->fence(Lane::kMain), f.offset, f.bytes, {}});
@@ -268,7 +287,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     for (const auto& [g, left] : group_left)
       if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
   }
-  if (in_place && !consumer_side.quant.empty()) {  // an FP8 target: quantize every group now
+  if (in_place && !consumer_side.quant.empty() && !consumer_side.fp8_arrived) {  // an FP8 target: quantize every group now
     quantize_group(-1, consumer_side.live.data(), 0, Lane::kMain, st);
     PhaseTimer t(st.quantize_s);
     device->synchronize();
@@ -316,8 +335,12 @@ DeviceBuffer& Engines::Impl::layerwise(int32_t group, std::map<int32_t, DeviceBu
 void Engines::Impl::verify(uint64_t version, RankStats& st) {
   PhaseTimer t(st.verify_s);
   std::vector<SynthJob> jobs;
+  std::vector<int32_t> job_param;
   for (const PlanEntry& e : consumer_side.plan->entries) {
     const EngineParam& ep = consumer_side.plan->params[size_t(e.engine_param)];
+    // FP8 on the wire writes no bf16 image of a quantized parameter: verify_fp8 checks it.
+    if (consumer_side.fp8_arrived && consumer_side.quant_of_param[size_t(e.engine_param)] >= 0) continue;
+    job_param.push_back(e.engine_param);
     jobs.push_back(SynthJob{consumer_side.live.data() + consumer_side.param_offset[size_t(e.engine_param)],
                             e.is_fill() ? 0 : synth_seed(e.hf_param, version), e.copy, int32_t(dtype_bytes(ep.dtype)),
                             e.is_fill()});
@@ -326,7 +349,7 @@ void Engines::Impl::verify(uint64_t version, RankStats& st) {
   VerifyResult r = device->verify(jobs);
   st.mismatches = r.mismatches;
   if (r.mismatches > 0) {
-    st.bad_param = consumer_side.plan->entries[size_t(r.first_job)].engine_param;
+    st.bad_param = job_param[size_t(r.first_job)];
     st.bad_index = r.first_index;
   }
   verify_fp8(version, st);  // an FP8 target's codes and scales

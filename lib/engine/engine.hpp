@@ -43,8 +43,14 @@ struct SyncOptions {
   // the live weights when the group is complete (on the row's lane); every piece packed.
   // Off (the default, a copy process): pieces are written in place in the live weights.
   bool layerwise = false;
+  // FP8 on the wire (an FP8 target only; plan/quant.hpp check_fp8_wire): pull engines send the
+  // quantized tensors' pieces as e4m3fn codes and fp32 scales, quantized by the trainer when it
+  // packs them; inference ranks place them in the live FP8 weights. Off: bf16 on the wire,
+  // inference ranks quantize (the process step). The broadcast baseline always sends bf16.
+  bool wire_fp8 = false;
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
   int corrupt_at_sync = -1;
+  enum class CorruptIn : uint8_t { kAny, kFp8Code, kFp8Scale } corrupt_in = CorruptIn::kAny;  // where that bit is
   int stale_at_sync = -1;
   // Fault handling: a consumer silent for this long while a trainer waits on it is dead,
   // and its whole replica is taken down; test hooks kill or slow one inference rank.

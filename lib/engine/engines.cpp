@@ -30,6 +30,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
                     const std::vector<RankPlan>& p, const SyncOptions& o)
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
   chunk_bytes = opt.effective_chunk_bytes();
+  if (opt.wire_fp8) check_fp8_wire(model, trainer, inference);  // every rank refuses alike
   liveness.dead.assign(size_t(world.size), 0);
   liveness.down.assign(size_t(world.size), 0);
   liveness.notified_down.assign(size_t(world.size), 0);
@@ -89,11 +90,56 @@ const WeightsLayout& Engines::Impl::weights_of(int trainer_rank) {
 
 bool Engines::Impl::reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const {
   if (one_pass == OnePass::kOff || !slab_is_own_shard(model, trainer, piece.hf, policy, trainer_rank)) return false;
+  if (opt.wire_fp8 && fp8_quantized_hf(model.param(piece.hf))) return false;  // quantized when packed
   if (one_pass == OnePass::kMapped) return true;
   if (piece.copy.numel * dtype_bytes(model.param(piece.hf).dtype) < opt.min_get_bytes) return false;
   CopyDesc d = piece.copy;  // one run on both sides: a single get
   coalesce(d);
   return d.dims.size() == 1 && d.dims[0].src_stride == 1 && d.dims[0].dst_stride == 1;
+}
+
+const std::vector<Fp8Source>* Engines::Impl::fp8_sources(SourcePolicy policy, int trainer_rank) {
+  if (!opt.wire_fp8) return nullptr;
+  const int key_rank = policy == SourcePolicy::kDirect ? trainer_rank : -1;
+  auto it = fp8_sources_cache.find({int(policy), key_rank});
+  if (it != fp8_sources_cache.end()) return &it->second;
+  std::vector<Fp8Source> out(model.params().size());
+  for (int32_t i = 0; i < int32_t(out.size()); ++i) {
+    const ParamMeta& p = model.param(i);
+    if (!fp8_quantized_hf(p)) continue;  // 2-D (check_fp8_wire)
+    out[size_t(i)] = Fp8Source{p.shape[0], p.shape[1]};
+    if (policy == SourcePolicy::kDirect)  // pulls index the shard this rank holds
+      for (const TrainerShard& s : trainer.shards(i))
+        if (s.rank == trainer_rank) out[size_t(i)] = Fp8Source{s.box.length[0], s.box.length[1]};
+  }
+  return &fp8_sources_cache.emplace(std::make_pair(int(policy), key_rank), std::move(out)).first->second;
+}
+
+CopyDesc Engines::Impl::fp8_scales_copy(const ChunkPiece& piece) const {
+  const ConsumerSide& cs = consumer_side;
+  const int32_t ep = cs.plan->entries[size_t(piece.entry)].engine_param;
+  const int32_t qi = cs.quant_of_param[size_t(ep)];
+  const std::string& name = cs.plan->params[size_t(ep)].name;
+  if (qi < 0) throw Error("fp8 wire: " + model.param(piece.hf).name + " arrives quantized into " + name + ", which the target does not quantize");
+  const QuantParam& q = cs.quant[size_t(qi)];
+  const int64_t rows = piece.copy.dims[0].size, cols = piece.copy.dims[1].size;
+  const int64_t d0 = piece.copy.dst_offset, mat = d0 / (q.rows * q.cols), prow = d0 % (q.rows * q.cols) / q.cols,
+                pcol = d0 % q.cols;
+  const QuantRegion* region = nullptr;
+  for (const QuantRegion& r : q.regions)
+    if (r.matrix == mat && prow >= r.row0 && prow < r.row0 + r.rows) region = &r;
+  if (!region || (rows > 1 && piece.copy.dims[0].dst_stride != q.cols) || (prow - region->row0) % 128 != 0 ||
+      pcol % 128 != 0 || prow + rows > region->row0 + region->rows)
+    throw InputError("--wire fp8", name,
+                     "a piece of " + model.param(piece.hf).name + " lands at row " + std::to_string(prow) + ", column " +
+                         std::to_string(pcol) + ": not on a 128 x 128 block of the parameter's weight_scale_inv");
+  const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+  CopyDesc d;
+  d.src_offset = 0;
+  d.dst_offset = (mat * q.scale_rows() + region->scale_row0 + (prow - region->row0) / 128) * q.scale_cols() + pcol / 128;
+  d.numel = br * bc;
+  d.dims = {CopyDim{br, bc, q.scale_cols()}, CopyDim{bc, 1, 1}};
+  return d;
 }
 
 const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
@@ -132,7 +178,7 @@ const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
       for (const Pull& pull : r.pulls[size_t(p.local_rank)]) {
         if (pull.trainer_rank != world.rank) continue;
         const PlanEntry& entry = p.entries[size_t(pull.entry)];
-        ChunkPiece piece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0};
+        ChunkPiece piece{entry.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0, false, {}};
         if (reads_directly(source_policy(e), world.rank, piece))
           s.direct_bytes[size_t(p.local_rank)] += piece.copy.numel * dtype_bytes(model.param(piece.hf).dtype);
         else
@@ -167,7 +213,10 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
       }
       std::erase_if(per_trainer, [](const auto& tp) { return tp.second.empty(); });
       for (const auto& [t, pulls] : per_trainer) {
-        s.chunks[u].emplace_back(t, make_chunks(model, pulls, chunk_bytes));
+        s.chunks[u].emplace_back(t, make_chunks(model, pulls, chunk_bytes, fp8_sources(source_policy(e), t)));
+        for (Chunk& c : s.chunks[u].back().second)
+          for (ChunkPiece& p : c.pieces)
+            if (p.fp8) p.scales = fp8_scales_copy(p);
         s.num_chunks += int64_t(s.chunks[u].back().second.size());
       }
     }

@@ -109,6 +109,9 @@ struct ConsumerSide {
   std::vector<int32_t> quant_of_param;  // per engine param: index into quant, -1 if not quantized
   std::vector<int64_t> codes_offset, scale_offset;
   DeviceBuffer fp8;
+  // This sync's quantized parameters arrived as codes and scales (FP8 on the wire, a pull
+  // engine): nothing to quantize, and their bf16 image is not written.
+  bool fp8_arrived = false;
   // A START or FINISH that arrived while it waited for an earlier sync (stood down, or a
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
@@ -195,6 +198,12 @@ struct Engines::Impl {
   int64_t live_base() const { return (opt.recv_buffer_bytes + 255) & ~int64_t(255); }
   // Whether the consumer reads `piece` (served by `trainer_rank` under `policy`) in one pass.
   bool reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const;
+  // FP8 on the wire: per HF tensor, the source trainer_rank quantizes under `policy`
+  // (make_chunks' `fp8`); null when the wire carries bf16.
+  const std::vector<Fp8Source>* fp8_sources(SourcePolicy policy, int trainer_rank);
+  std::map<std::pair<int, int>, std::vector<Fp8Source>> fp8_sources_cache;
+  // The consumer's copy of an FP8 piece's scales into its parameter's weight_scale_inv.
+  CopyDesc fp8_scales_copy(const ChunkPiece& piece) const;
   const WeightsLayout& weights_of(int trainer_rank);
 
   TrainerSide trainer_side;

@@ -224,7 +224,7 @@ class Producer {
     if (pulls.size() != sched_.expected[size_t(w.unit)][size_t(l)].size())
       throw Error("producer: request of local rank " + std::to_string(l) + " for unit " + std::to_string(w.unit) +
                   " does not match the routes of trainer rank " + std::to_string(m_.world.rank));
-    lw.chunks = make_chunks(m_.model, pulls, m_.chunk_bytes);
+    lw.chunks = make_chunks(m_.model, pulls, m_.chunk_bytes, m_.fp8_sources(spec_.source, m_.world.rank));
     lw.packed.resize(lw.chunks.size());
     lw.sent.resize(lw.chunks.size());
     lw.have_request = true;
@@ -371,6 +371,7 @@ class Producer {
 
   void pack_round(UnitWork& w, const std::vector<int>& round) {
     std::vector<CopyJob> jobs;
+    std::vector<QuantJob> quantized;  // FP8 on the wire: pieces quantized into the chunk
     {
       PhaseTimer t(st_.pack_s);
       for (int l : round) {
@@ -380,15 +381,26 @@ class Producer {
           const SlabRef* s = w.gather->slab(p.hf);
           if (!s)
             throw Error("producer: rank " + std::to_string(m_.world.rank) + " has no slab of " + m_.model.param(p.hf).name);
+          uint8_t* dst = m_.trainer_side.send_buffer.data() + off + p.buf_offset;
+          if (p.fp8) {  // codes [rows, cols] in the piece's order, then its blocks' scales
+            const int64_t rows = p.copy.dims[0].size, cols = p.copy.dims[1].size;
+            quantized.push_back(QuantJob{s->data + 2 * (p.copy.src_offset - s->lo), p.copy.dims[0].src_stride, dst, cols,
+                                         reinterpret_cast<float*>(dst + fp8_scales_at(p)),
+                                         (cols + 127) / 128, rows, cols});
+            continue;
+          }
           CopyDesc d = pack_copy(p.copy);
           d.src_offset = p.copy.src_offset - s->lo;
-          jobs.push_back(CopyJob{s->data, m_.trainer_side.send_buffer.data() + off + p.buf_offset, d,
-                                 int32_t(dtype_bytes(m_.model.param(p.hf).dtype))});
+          jobs.push_back(CopyJob{s->data, dst, d, int32_t(dtype_bytes(m_.model.param(p.hf).dtype))});
         }
       }
       const int64_t together = m_.device->copies_together();
       m_.device->copy(jobs);  // the CPU's main lane is synchronous: its count is current here
       st_.pack_copies_together += m_.device->copies_together() - together;
+    }
+    if (!quantized.empty()) {
+      PhaseTimer t(st_.quantize_s);  // the launch (the work itself on a CPU)
+      m_.device->quantize_fp8(quantized, Lane::kMain);
     }
     ++st_.pack_launches;
     st_.pack_copies += int64_t(jobs.size());

@@ -56,7 +56,7 @@ std::vector<QuantJob> Engines::Impl::quant_jobs(int32_t group, const uint8_t* bf
 
 void Engines::Impl::quantize_group(int32_t group, const uint8_t* bf16, int64_t bf16_offset, Lane lane,
                                    RankStats& st) {
-  if (consumer_side.quant.empty()) return;
+  if (consumer_side.quant.empty() || consumer_side.fp8_arrived) return;  // FP8 on the wire: placed as it landed
   PhaseTimer t(st.quantize_s);  // the launches; in place, the caller waits for them in its own timer
   std::vector<QuantJob> jobs = quant_jobs(group, bf16, bf16_offset, nullptr, nullptr);
   if (!jobs.empty()) device->quantize_fp8(jobs, lane);

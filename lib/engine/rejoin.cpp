@@ -98,7 +98,8 @@ std::string Engines::Impl::fingerprint() const {
          ", inference " + inference.layout().describe() + ", chunk " + std::to_string(chunk_bytes) + " (format " +
          std::to_string(kChunkFormat) + "), " +
          (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory, send buffer " + std::to_string(opt.send_buffer_bytes) +
-         ", one-pass " + std::to_string(int(one_pass)) + " min get " + std::to_string(opt.min_get_bytes) + (opt.layerwise ? ", layerwise" : "");
+         ", one-pass " + std::to_string(int(one_pass)) + " min get " + std::to_string(opt.min_get_bytes) + (opt.layerwise ? ", layerwise" : "") +
+         ", quant " + quant_name(inference.layout().quant) + (opt.wire_fp8 ? ", fp8 on the wire" : "");
 }
 
 void Engines::Impl::publish_contact() {

@@ -95,24 +95,110 @@ namespace {
 int64_t align16(int64_t x) { return (x + 15) & ~int64_t(15); }
 }  // namespace
 
-std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPiece>& pulls, int64_t chunk_bytes) {
+std::optional<SourceBox> source_box(const CopyDesc& d, const Fp8Source& src) {
+  if (src.cols <= 0 || d.numel <= 0) return std::nullopt;
+  SourceBox b;
+  b.ld = src.cols;
+  b.row0 = d.src_offset / src.cols;
+  b.col0 = d.src_offset % src.cols;
+  if (d.dims.size() == 1) {
+    if (d.dims[0].src_stride != 1 || d.dims[0].dst_stride != 1) return std::nullopt;
+    if (b.col0 == 0 && d.numel % src.cols == 0) {
+      b.rows = d.numel / src.cols;
+      b.cols = src.cols;
+    } else if (b.col0 + d.numel <= src.cols) {
+      b.rows = 1;
+      b.cols = d.numel;
+    } else {
+      return std::nullopt;
+    }
+    return b;
+  }
+  if (d.dims.size() != 2 || d.dims[1].src_stride != 1 || d.dims[1].dst_stride != 1 ||
+      d.dims[0].src_stride != src.cols || b.col0 + d.dims[1].size > src.cols)
+    return std::nullopt;
+  b.rows = d.dims[0].size;
+  b.cols = d.dims[1].size;
+  return b;
+}
+
+int64_t fp8_piece_bytes(const SourceBox& b) { return align16(b.rows * b.cols) + 4 * b.scale_rows() * b.scale_cols(); }
+int64_t fp8_scales_at(const ChunkPiece& p) { return align16(p.copy.numel); }
+
+namespace {
+// An FP8 piece in its two-loop form (rows, then a run; dst rows as the copy steps them), or
+// the reason it cannot travel as codes and scales.
+CopyDesc fp8_rows_form(const ModelSpec& model, const ChunkPiece& p, const Fp8Source& src, SourceBox* box) {
+  const std::string& name = model.param(p.hf).name;
+  std::optional<SourceBox> b = source_box(p.copy, src);
+  if (!b)
+    throw InputError("--wire fp8", name, "a piece of it is not a box of rows and columns of its source (a "
+                     "transposing or strided copy); use --wire bf16");
+  auto whole = [&](int64_t lo, int64_t n, int64_t extent, const char* dim) {
+    if (lo % 128 == 0 && ((lo + n) % 128 == 0 || lo + n == extent)) return;
+    throw InputError("--wire fp8", name,
+                     std::string("a piece of it covers ") + dim + " [" + std::to_string(lo) + ", " +
+                         std::to_string(lo + n) + ") of " + std::to_string(extent) +
+                         ": not whole 128 x 128 blocks, so its scales would not be the HF tensor's; choose "
+                         "layouts whose shards are whole blocks, or --wire bf16");
+  };
+  whole(b->row0, b->rows, src.rows, "rows");
+  whole(b->col0, b->cols, src.cols, "columns");
+  *box = *b;
+  CopyDesc c = p.copy;
+  if (c.dims.size() == 1) c.dims = {CopyDim{b->rows, src.cols, b->cols}, CopyDim{b->cols, 1, 1}};  // contiguous both sides
+  return c;
+}
+}  // namespace
+
+std::vector<Chunk> make_chunks(const ModelSpec& model, const std::vector<ChunkPiece>& pulls, int64_t chunk_bytes,
+                               const std::vector<Fp8Source>* fp8) {
   std::vector<Chunk> chunks;
   Chunk cur;
   auto flush = [&] {
     if (!cur.pieces.empty()) chunks.push_back(std::move(cur));
     cur = Chunk{};
   };
+  auto add = [&](ChunkPiece piece, int64_t bytes) {
+    if (cur.bytes > 0 && align16(cur.bytes) + bytes > chunk_bytes) flush();
+    piece.buf_offset = align16(cur.bytes);
+    piece.bytes = bytes;
+    cur.bytes = piece.buf_offset + bytes;
+    cur.pieces.push_back(std::move(piece));
+  };
   for (const ChunkPiece& p : pulls) {
+    const Fp8Source src = fp8 && size_t(p.hf) < fp8->size() ? (*fp8)[size_t(p.hf)] : Fp8Source{};
+    if (src.rows > 0) {
+      // Codes and scales: pieces of whole 128-row blocks, as many block rows as fit a chunk.
+      SourceBox box;
+      const CopyDesc rows = fp8_rows_form(model, p, src, &box);
+      const int64_t step = std::max<int64_t>(1, (chunk_bytes - 15) / (128 * box.cols + 4 * box.scale_cols())) * 128;
+      for (int64_t r = 0; r < box.rows; r += step) {
+        ChunkPiece piece = p;
+        piece.fp8 = true;
+        const int64_t n = std::min(step, box.rows - r);
+        piece.copy = rows;
+        piece.copy.src_offset += r * rows.dims[0].src_stride;
+        piece.copy.dst_offset += r * rows.dims[0].dst_stride;
+        piece.copy.dims[0].size = n;
+        piece.copy.numel = n * box.cols;
+        SourceBox part = box;
+        part.row0 += r;
+        part.rows = n;
+        if (fp8_piece_bytes(part) > chunk_bytes)
+          throw InputError("--chunk", std::to_string(chunk_bytes),
+                           "FP8 on the wire sends whole 128-row blocks: " + std::to_string(n) + " rows of " +
+                               model.param(p.hf).name + " are " + std::to_string(fp8_piece_bytes(part)) +
+                               " bytes of codes and scales; give a larger --chunk");
+        add(std::move(piece), fp8_piece_bytes(part));
+      }
+      continue;
+    }
     int64_t eb = dtype_bytes(model.param(p.hf).dtype);
     for (const CopyDesc& part : split_copy(p.copy, std::max<int64_t>(1, chunk_bytes / eb))) {
-      int64_t bytes = part.numel * eb;
-      if (cur.bytes > 0 && align16(cur.bytes) + bytes > chunk_bytes) flush();
       ChunkPiece piece = p;
       piece.copy = part;
-      piece.buf_offset = align16(cur.bytes);
-      piece.bytes = bytes;
-      cur.bytes = piece.buf_offset + bytes;
-      cur.pieces.push_back(std::move(piece));
+      add(std::move(piece), part.numel * eb);
     }
   }
   flush();
@@ -226,7 +312,7 @@ RankSchedule make_rank_schedule(const std::vector<Unit>& units, const std::vecto
       list.emplace_back(pull.trainer_rank, std::vector<ChunkPiece>{});
       it = list.end() - 1;
     }
-    it->second.push_back(ChunkPiece{e.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0});
+    it->second.push_back(ChunkPiece{e.hf_param, pull.entry, pull.slab_lo, pull.copy, 0, 0, false, {}});
   }
   for (auto& list : s.pulls)
     std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

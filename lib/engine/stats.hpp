@@ -17,7 +17,7 @@ struct RankStats {
   double transfer_s = 0;   // consumer: wall time with a read in flight (overlaps once); broadcast: time in MPI_Bcast
   double wait_s = 0;       // idle waiting for data or buffer space
   double process_s = 0;    // unpack into the layerwise buffer + process + copy into live weights
-  double quantize_s = 0;   // FP8 target: the process step's quantization (in place: launch to completion)
+  double quantize_s = 0;   // FP8 target: inference ranks, the process step's quantization (in place: launch to completion); trainers with FP8 on the wire, the pack's quantize launches (the work itself on a CPU)
   double verify_s = 0;
   int64_t bytes_in = 0;    // bytes this rank received (gets or broadcast)
   int64_t one_pass_bytes = 0;  // consumer: of bytes_in, read from trainers' weights in one pass

@@ -156,4 +156,28 @@ void check_quant_target(const ModelSpec& model, const InferencePlacement& inf) {
     quant_params(model, inf, EngineParams(model, inf, r).params());
 }
 
+void check_fp8_wire(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inf) {
+  if (inf.layout().quant != Quant::kFp8Block128)
+    throw InputError("--wire", "fp8", "FP8 on the wire needs an FP8 target: add --quant fp8-block128");
+  for (int32_t i = 0; i < int32_t(model.params().size()); ++i) {
+    const ParamMeta& p = model.param(i);
+    if (!fp8_quantized_hf(p)) continue;
+    if (p.shape.size() != 2)
+      throw InputError("--wire fp8", p.name,
+                       std::to_string(p.shape.size()) + "-D: FP8 on the wire quantizes 2-D weights in 128 x 128 blocks "
+                       "(Llama 4's fused experts are not); use --wire bf16 (inference ranks quantize)");
+    for (const TrainerPlacement::Piece& piece : trainer.pieces(i))
+      for (int d = 0; d < 2; ++d) {
+        const int64_t lo = piece.box.start[size_t(d)], hi = lo + piece.box.length[size_t(d)];
+        if (lo % kFp8Block == 0 && (hi % kFp8Block == 0 || hi == p.shape[size_t(d)])) continue;
+        throw InputError("--wire fp8", p.name,
+                         "the trainer shard of rank " + std::to_string(piece.ranks.front()) + " holds dim " +
+                             std::to_string(d) + " [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of " +
+                             std::to_string(p.shape[size_t(d)]) +
+                             ": not whole 128 x 128 blocks, so its scales would not be the HF tensor's; choose a "
+                             "trainer layout whose shards are whole blocks, or --wire bf16");
+      }
+  }
+}
+
 }  // namespace shardsync

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "layout/inference.hpp"
+#include "layout/trainer.hpp"
 #include "model/catalog.hpp"
 #include "plan/engine_params.hpp"
 
@@ -69,5 +70,13 @@ std::vector<QuantParam> quant_params(const ModelSpec& model, const InferencePlac
 // Every rank of a replica: throws InputError naming the first parameter whose TP shard cuts a
 // 128 x 128 block (the FP8 block shape vLLM requires).
 void check_quant_target(const ModelSpec& model, const InferencePlacement& inf);
+
+// FP8 on the wire (--wire fp8): trainers quantize each piece of a quantized HF tensor and
+// send its codes and scales. A piece's blocks must be the HF tensor's own, so every quantized
+// HF tensor must be a 2-D weight (not Llama 4's fused 3-D experts) and every trainer shard of
+// it whole 128 x 128 blocks (starting at a multiple of 128 in both dimensions, ending at one or
+// at the tensor's end). Throws InputError naming the first tensor, dimension and shard that do
+// not, or when the target is not FP8.
+void check_fp8_wire(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inf);
 
 }  // namespace shardsync

@@ -40,7 +40,7 @@ double mean(const std::vector<double>& v) { return v.empty() ? 0 : reduce(v).avg
 EngineSummary summarize(const EngineRun& run) {
   EngineSummary s;
   s.engine = run.engine;
-  std::vector<double> times, gather, pack, transfer, process, quantize, wait, verify, rank_bw, tpeak, cpeak;
+  std::vector<double> times, gather, pack, transfer, process, quantize, quantize_tr, wait, verify, rank_bw, tpeak, cpeak;
   int64_t moved = 0, one_pass = 0, messages = 0, gets = 0;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
@@ -56,6 +56,7 @@ EngineSummary summarize(const EngineRun& run) {
       if (r.trainer) {
         gather.push_back(r.gather_s);
         pack.push_back(r.pack_s);
+        if (r.quantize_s > 0) quantize_tr.push_back(r.quantize_s);  // FP8 on the wire: trainers quantize
         tpeak.push_back(double(r.peak_staging_bytes));
       } else {
         transfer.push_back(r.transfer_s);
@@ -77,7 +78,7 @@ EngineSummary summarize(const EngineRun& run) {
   s.pack_s = mean(pack);
   s.transfer_s = mean(transfer);
   s.process_s = mean(process);
-  s.quantize_s = mean(quantize);
+  s.quantize_s = quantize_tr.empty() ? mean(quantize) : mean(quantize_tr);
   s.wait_s = mean(wait);
   s.verify_s = mean(verify);
   s.bytes_moved = moved / n;

@@ -30,7 +30,7 @@ struct EngineSummary {
   MinAvgMax time_s;                  // per sync: max over ranks of total_s
   double gather_s = 0, pack_s = 0;   // trainer busy time, mean over trainer ranks
   double transfer_s = 0, process_s = 0, wait_s = 0;  // consumer, mean over consumer ranks
-  double quantize_s = 0;             // consumer: an FP8 target's quantization (mean)
+  double quantize_s = 0;             // an FP8 target's quantization: mean over the ranks that quantize (trainers with FP8 on the wire, else inference ranks)
   double verify_s = 0;
   int64_t bytes_moved = 0;           // per sync: bytes received by all inference ranks
   int64_t one_pass_bytes = 0;        // of those, read from trainers' weights in one pass

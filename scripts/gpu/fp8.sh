@@ -3,8 +3,9 @@
 # kernel bit for bit against the CPU twin, and both against PyTorch's float8_e4m3fn on edge
 # cases); the quantize kernel's rate against a device copy (shardsync-fp8-bench, synthetic
 # weights, three shapes); the FP8 engine tests on GPU memory; and colocated Qwen3-8B
-# (trainer TP1 -> inference TP1, one GPU shared) with a bf16 target and with an FP8 target
-# (receiver quantize), every byte, code and scale verified in the run that times it.
+# (trainer TP1 -> inference TP1, one GPU shared) with a bf16 target, an FP8 target with bf16
+# on the wire (inference ranks quantize) and with FP8 on the wire (the trainer quantizes as it
+# packs), every byte, code and scale verified in the run that times it.
 #
 #   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/fp8.sh
 #   PARTS="tests kernel" ... / PARTS=engines REBUILD=0 SUM_MODE=append ... (in two launches)
@@ -33,15 +34,24 @@ for shape in 16384x16384 4096x12288 7168x18432; do
   step "kernel-$shape" 300 $FB --device cuda --rows "${shape%x*}" --cols "${shape#*x}" --reps 50 --json "$OUT/kernel-$shape.json"
   grep -E "^ *(copy|quantize) " "$LOGS/kernel-$shape.log" | sed "s/^/$shape /" | tee -a "$SUM"
 done
+if command -v ncu > /dev/null && [[ "${PROFILE:-1}" == 1 ]]; then
+  # Where the quantize kernel's time goes: DRAM and SM throughput against their peaks.
+  step ncu-quantize 300 ncu --clock-control none --kernel-name regex:fp8_quantize --metrics \
+    gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
+    --csv --log-file "$OUT/ncu-quantize.csv" $FB --device cuda --rows 4096 --cols 12288 --reps 3
+  tail -8 "$OUT/ncu-quantize.csv" | tee -a "$SUM"
+fi
 fi
 [[ " $PARTS " == *" engines "* ]] || exit 0
 SS=build-gpu/apps/shardsync
 BUF="--send-buffer 1G --recv-buffer 1G --chunk 256M --inflight 2 --syncs 5 --warmup 1 -q"
-for q in none fp8-block128; do
-  step "qwen3-8b-$q" 600 mpirun -np 2 --bind-to none $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda -e v3,v4 \
-    --quant "$q" $BUF --json "$OUT/qwen3-8b-tp1-tp1-$q.json"
-  grep -E "^# engine|^  *v[0-9]" "$LOGS/qwen3-8b-$q.log" | sed "s/^/$q /" | tee -a "$SUM"
-  step "qwen3-8b-$q-layerwise" 600 mpirun -np 2 --bind-to none $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda -e v3 \
-    --layerwise --quant "$q" $BUF --json "$OUT/qwen3-8b-tp1-tp1-$q-layerwise.json"
-  grep -E "^  *v[0-9]" "$LOGS/qwen3-8b-$q-layerwise.log" | sed "s/^/$q layerwise /" | tee -a "$SUM"
+for qw in none:bf16 fp8-block128:bf16 fp8-block128:fp8; do
+  q=${qw%:*} w=${qw#*:} name="$q"
+  [[ $q == none ]] || name="$q-wire-$w"
+  step "qwen3-8b-$name" 300 mpirun -np 2 --bind-to none $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda -e v3,v4 \
+    --quant "$q" --wire "$w" $BUF --json "$OUT/qwen3-8b-tp1-tp1-$name.json"
+  grep -E "^# engine|^  *v[0-9]" "$LOGS/qwen3-8b-$name.log" | sed "s/^/$name /" | tee -a "$SUM"
+  step "qwen3-8b-$name-layerwise" 300 mpirun -np 2 --bind-to none $SS bench -m qwen3-8b -t tp1 -i tp1 --memory cuda -e v3 \
+    --layerwise --quant "$q" --wire "$w" $BUF --json "$OUT/qwen3-8b-tp1-tp1-$name-layerwise.json"
+  grep -E "^  *v[0-9]" "$LOGS/qwen3-8b-$name-layerwise.log" | sed "s/^/$name layerwise /" | tee -a "$SUM"
 done

@@ -9,6 +9,9 @@
 # a regex the run's transport line must match (that the transport asked for is the one used).
 # EXPECT_QUANTIZE=1: an FP8 target: a quantize column with a value in every row, > 0 in the
 # rows that quantize on the main lane (layerwise rows on the background lane time the launch).
+# EXPECT_WIRE_FP8=1: FP8 on the wire at an inference layout where each rank holds the whole
+# model (TP1, as the broadcast sends it): every pull row moved at most 3/4 of the broadcast
+# row's bytes (bf16 would move the same).
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -24,6 +27,8 @@ if [[ -n "${EXPECT_TRANSPORT:-}" ]]; then
   grep -qE "^# model .*, transport $EXPECT_TRANSPORT" <<<"$out" || fail "the transport line does not match '$EXPECT_TRANSPORT'"
 fi
 quantized=0
+moved_col=$(col moved)
+bcast_moved=$(awk -v c="$moved_col" '$1 == "broadcast" {print $c}' <<<"$out")
 wrong_col=$(col "#wrong"); pass_col=$(col 1pass); max_col=$(col max); transfer_col=$(col transfer)
 [[ -n "$wrong_col" && -n "$pass_col" ]] || fail "no #wrong or 1pass column in the table header"
 for e in $engines; do
@@ -43,6 +48,11 @@ for e in $engines; do
     q=$(awk -v c="$q_col" '{print $c}' <<<"$row")
     [[ "$q" =~ ^[0-9]+\.[0-9]+$ ]] || fail "engine $e: quantize column '$q'"
     awk -v x="$q" 'BEGIN { exit !(x + 0 > 0) }' && quantized=$((quantized + 1))
+  fi
+  if [[ -n "${EXPECT_WIRE_FP8:-}" && "$e" != broadcast ]]; then
+    moved=$(awk -v c="$moved_col" '{print $c}' <<<"$row")
+    awk -v m="$moved" -v b="${bcast_moved:-0}" 'BEGIN { exit !(b > 0 && m <= 0.75 * b) }' ||
+      fail "engine $e moved $moved MB with FP8 on the wire, the broadcast (bf16) ${bcast_moved:-?} MB: expected at most 3/4"
   fi
   case "${EXPECT_ONE_PASS:-}:$e" in
     some:broadcast | :*) ;;

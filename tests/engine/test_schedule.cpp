@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/schedule.hpp"
+#include "common/error.hpp"
 #include "device/fast_copy.hpp"
+#include "engine/schedule.hpp"
+#include "model/catalog.hpp"
+#include "plan/quant.hpp"
 
 namespace shardsync {
 namespace {
@@ -152,6 +155,79 @@ TEST(Schedule, TransposesHappenInTheUnpackFromTheDenseChunk) {
   EXPECT_EQ(cu.dims.back().src_stride, 1);
   EXPECT_EQ(cu.dims.front().src_stride, cols.shape()[1]);
   EXPECT_EQ(pack_copy(c).dims.front().dst_stride, cols.shape()[1]);
+}
+
+// FP8 on the wire: a piece of a quantized tensor travels as its codes (one byte an element)
+// and, 16-byte aligned after them, the fp32 scales of its 128 x 128 blocks; pieces are cut at
+// multiples of 128 rows so every piece is whole blocks of the source. A source of 1000 x 384
+// (the last block row partial), as one tensor's gathered slab.
+TEST(Schedule, Fp8PiecesAreWholeBlocksOfCodesAndScales) {
+  const ModelSpec model = load_model("qwen3-8b");
+  int32_t hf = -1;
+  for (int32_t i = 0; i < int32_t(model.params().size()) && hf < 0; ++i)
+    if (fp8_quantized_hf(model.param(i))) hf = i;
+  ASSERT_GE(hf, 0);
+  std::vector<Fp8Source> fp8(model.params().size());
+  fp8[size_t(hf)] = Fp8Source{1000, 384};
+  auto piece = [&](int64_t src_offset, std::vector<CopyDim> dims) {
+    ChunkPiece p;
+    p.hf = hf;
+    p.copy.src_offset = src_offset;
+    p.copy.numel = 1;
+    for (const CopyDim& d : dims) p.copy.numel *= d.size;
+    p.copy.dims = std::move(dims);
+    return p;
+  };
+  // Every row, one contiguous run; chunks that hold two block rows (and not three).
+  const int64_t two_rows = 2 * (128 * 384 + 4 * 3);
+  std::vector<Chunk> chunks = make_chunks(model, {piece(0, {CopyDim{1000 * 384, 1, 1}})}, two_rows + 15, &fp8);
+  ASSERT_EQ(chunks.size(), 4u);
+  int64_t codes = 0;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    ASSERT_EQ(chunks[k].pieces.size(), 1u);
+    const ChunkPiece& p = chunks[k].pieces[0];
+    EXPECT_TRUE(p.fp8);
+    ASSERT_EQ(p.copy.dims.size(), 2u);  // rows, then a run: what the quantizer takes
+    const int64_t rows = k < 3 ? 256 : 1000 - 768;
+    EXPECT_EQ(p.copy.dims[0].size, rows);
+    EXPECT_EQ(p.copy.dims[0].src_stride, 384);
+    EXPECT_EQ(p.copy.src_offset, int64_t(k) * 256 * 384);
+    EXPECT_EQ(p.copy.dst_offset, int64_t(k) * 256 * 384);
+    EXPECT_EQ(fp8_scales_at(p), (rows * 384 + 15) / 16 * 16);
+    EXPECT_EQ(p.bytes, fp8_scales_at(p) + 4 * ((rows + 127) / 128) * 3);
+    codes += p.copy.numel;
+  }
+  EXPECT_EQ(codes, 1000 * 384);
+  // A tensor of whole blocks costs what the simulator's fp8_wire_bytes counts.
+  std::vector<Fp8Source> whole = fp8;
+  whole[size_t(hf)] = Fp8Source{1024, 384};
+  int64_t bytes = 0;
+  for (const Chunk& c : make_chunks(model, {piece(0, {CopyDim{1024 * 384, 1, 1}})}, 4 << 20, &whole))
+    for (const ChunkPiece& p : c.pieces) bytes += p.bytes;
+  EXPECT_EQ(bytes, fp8_wire_bytes(1024 * 384));
+  // A box of columns [128, 384) of rows [128, 640): its own blocks.
+  chunks = make_chunks(model, {piece(128 * 384 + 128, {CopyDim{512, 384, 256}, CopyDim{256, 1, 1}})}, 4 << 20, &fp8);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].pieces[0].bytes, 512 * 256 + 4 * 4 * 2);
+  // Refused: a box that starts inside a block, in either dimension; a copy that is no box;
+  // a chunk smaller than 128 rows of codes and scales.
+  auto refused = [&](const ChunkPiece& p, int64_t chunk, const std::string& says) {
+    try {
+      make_chunks(model, {p}, chunk, &fp8);
+      ADD_FAILURE() << "not refused: " << says;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(piece(64 * 384, {CopyDim{128, 384, 384}, CopyDim{384, 1, 1}}), 4 << 20, "covers rows [64, 192) of 1000");
+  refused(piece(100, {CopyDim{128, 384, 200}, CopyDim{200, 1, 1}}), 4 << 20, "covers columns [100, 300) of 384");
+  refused(piece(0, {CopyDim{384, 1, 128}, CopyDim{128, 384, 1}}), 4 << 20, "is not a box of rows and columns");
+  refused(piece(0, {CopyDim{1000 * 384, 1, 1}}), 128 * 384, "--chunk");
+  // Without an FP8 source the same copy is a bf16 piece.
+  chunks = make_chunks(model, {piece(0, {CopyDim{1024, 1, 1}})}, 4 << 20, nullptr);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_FALSE(chunks[0].pieces[0].fp8);
+  EXPECT_EQ(chunks[0].pieces[0].bytes, 2048);
 }
 
 }  // namespace
