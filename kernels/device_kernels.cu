@@ -155,6 +155,17 @@ class CudaDevice : public Device {
     if (blocks == 0) return;
     if (blocks > int64_t(INT32_MAX)) throw Error("device kernels: an FP8 quantization of more than 2^31 blocks");
     cudaStream_t s = stream(lane);
+    if (fj.size() <= size_t(kernels::kFp8InlineJobs)) {  // the jobs ride in the launch
+      kernels::Fp8Launch l{};
+      for (size_t i = 0; i < fj.size(); ++i) {
+        l.jobs[i] = fj[i];
+        l.first[i] = first[i];
+      }
+      l.njobs = int(fj.size());
+      kernels::fp8_quantize_inline_kernel<<<unsigned(blocks), 256, 0, s>>>(l);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
     uint8_t* d = upload_jobs(fj, first, s);
     kernels::fp8_quantize_kernel<<<unsigned(blocks), 256, 0, s>>>(
         reinterpret_cast<const kernels::Fp8Job*>(d), reinterpret_cast<const int64_t*>(d + fj.size() * sizeof(kernels::Fp8Job)),

@@ -94,14 +94,9 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return v;  // every thread: the block's max (values are >= 0)
 }
 
-// Blocks b = 0.. of the launch: job j owns first[j] .. first[j + 1] - 1, row-major.
-// At most 64 registers a thread: four thread blocks (128 KB of loads) in flight per SM, not three.
-__global__ void __launch_bounds__(256, 4) fp8_quantize_kernel(const Fp8Job* jobs, const int64_t* first, int njobs) {
-  __shared__ float shared[32];
-  const int64_t b = blockIdx.x;
-  const int lo = find_job(first, njobs, b);
-  const Fp8Job j = jobs[lo];
-  const int64_t q = b - first[lo], br = q / j.blocks_c, bc = q - br * j.blocks_c;
+// Quantization block q (row-major) of job j, by the whole thread block.
+__device__ __forceinline__ void fp8_quantize_block(const Fp8Job& j, int64_t q, float* shared) {
+  const int64_t br = q / j.blocks_c, bc = q - br * j.blocks_c;
   const int64_t r0 = br * kFp8Block, c0 = bc * kFp8Block;
   const int64_t nr = min(kFp8Block, j.rows - r0), nc = min(kFp8Block, j.cols - c0);
   const uint16_t* src = j.src + r0 * j.src_ld + c0;
@@ -154,6 +149,37 @@ __global__ void __launch_bounds__(256, 4) fp8_quantize_kernel(const Fp8Job* jobs
     }
   }
   if (threadIdx.x == 0) j.scale_inv[br * j.scale_ld + bc] = s;
+}
+
+// Blocks b = 0.. of the launch: job j owns first[j] .. first[j + 1] - 1, row-major.
+// At most 64 registers a thread: four thread blocks (128 KB of loads) in flight per SM, not three.
+__global__ void __launch_bounds__(256, 4) fp8_quantize_kernel(const Fp8Job* jobs, const int64_t* first, int njobs) {
+  __shared__ float shared[32];
+  const int64_t b = blockIdx.x;
+  const int lo = find_job(first, njobs, b);
+  fp8_quantize_block(jobs[lo], b - first[lo], shared);
+}
+
+// Up to kFp8InlineJobs jobs passed in the launch's parameters: no upload of a job table
+// before the kernel (a stream-ordered host-to-device copy, microseconds a launch).
+constexpr int kFp8InlineJobs = 32;
+struct Fp8Launch {
+  Fp8Job jobs[kFp8InlineJobs];
+  int64_t first[kFp8InlineJobs];
+  int njobs;
+};
+static_assert(sizeof(Fp8Launch) <= 4000, "kernel parameters are at most 4 KB");
+
+__global__ void __launch_bounds__(256, 4) fp8_quantize_inline_kernel(const __grid_constant__ Fp8Launch l) {
+  __shared__ float shared[32];
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = l.njobs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (l.first[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  fp8_quantize_block(l.jobs[lo], b - l.first[lo], shared);
 }
 
 }  // namespace

@@ -356,6 +356,27 @@ TEST(Kernels, Fp8QuantizeMatchesCpuTwin) {
           << c.rows << " x " << c.cols;
     }
   }
+  // Many jobs in one launch (more than ride in the launch's parameters: the job table is
+  // uploaded): 40 bands of 128 rows of one matrix, each its own job, equal the whole matrix's.
+  const int64_t rows = 40 * kFp8Block, cols = 256, bc = cols / kFp8Block;
+  std::vector<uint16_t> w(size_t(rows * cols));
+  for (auto& x : w) x = uint16_t((rng() & 0x807f) | ((127 - 16 + rng() % 22) << 7));
+  std::vector<uint8_t> want(w.size()), got(w.size());
+  std::vector<float> want_s(size_t(40 * bc)), got_s(want_s.size());
+  cpu_quantize_fp8_blocks(w.data(), rows, cols, want.data(), want_s.data());
+  DeviceBuffer src(gpu.get(), int64_t(w.size() * 2)), dst(gpu.get(), int64_t(got.size())),
+      sc(gpu.get(), int64_t(got_s.size() * 4));
+  gpu->from_host(src.data(), w.data(), int64_t(w.size() * 2));
+  std::vector<QuantJob> jobs;
+  for (int64_t band = 0; band < 40; ++band)
+    jobs.push_back(QuantJob{src.data() + 2 * band * kFp8Block * cols, cols, dst.data() + band * kFp8Block * cols, cols,
+                            reinterpret_cast<float*>(sc.data()) + band * bc, bc, kFp8Block, cols});
+  gpu->quantize_fp8(jobs);
+  gpu->synchronize();
+  gpu->to_host(got.data(), dst.data(), int64_t(got.size()));
+  gpu->to_host(got_s.data(), sc.data(), int64_t(got_s.size() * 4));
+  EXPECT_EQ(got, want) << "40 jobs in one launch";
+  EXPECT_EQ(0, std::memcmp(got_s.data(), want_s.data(), want_s.size() * 4)) << "40 jobs in one launch";
 }
 
 }  // namespace
