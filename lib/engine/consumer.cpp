@@ -15,22 +15,6 @@
 #include "engine/internal.hpp"
 
 namespace shardsync {
-namespace {
-
-// Test hook: SHARDSYNC_TEST_SLOW_ENGINE=NAME:F (as v3:1.2) makes every sync of that engine take
-// F times as long on each inference rank (it spins before the sync's time is taken): a
-// deliberately slower engine, which the performance gate must catch (tests/perf).
-double slow_engine_factor(EngineKind e) {
-  static const std::pair<std::string, double> hook = []() -> std::pair<std::string, double> {
-    const char* v = std::getenv("SHARDSYNC_TEST_SLOW_ENGINE");
-    const char* colon = v ? std::strchr(v, ':') : nullptr;
-    if (!colon) return {"", 1.0};
-    return {std::string(v, colon), std::max(1.0, std::atof(colon + 1))};
-  }();
-  return hook.first == engine_name(e) ? hook.second : 1.0;
-}
-
-}  // namespace
 
 bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, std::deque<CtrlMsg>* early_readies,
                               CtrlMsg* start) {
@@ -305,9 +289,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     b ^= 0x01;
     device->from_host(direct.first_dst(), &b, 1);
   }
-  if (const double slow = slow_engine_factor(e); slow > 1)
-    for (const double until = t0 + (now_s() - t0) * slow; now_s() < until;) {
-    }
+  stretch_sync_for_test(e, t0);
   st.total_s = now_s() - t0;
   st.transfer_s = transfer.total();
   st.peak_staging_bytes = meter.peak();

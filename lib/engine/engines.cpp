@@ -1,6 +1,8 @@
 // The engines' set-up and public API: state of each side, schedules and routes per engine
 // row, registration, one sync (dispatching to the row's delivery), link measurement.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/error.hpp"
 #include "common/table.hpp"
@@ -397,5 +399,17 @@ std::string Engines::one_pass_description() const {
 }
 
 const RankPlan* Engines::my_plan() const { return impl_->consumer_side.plan; }
+
+void stretch_sync_for_test(EngineKind e, double t0) {
+  static const std::pair<std::string, double> hook = []() -> std::pair<std::string, double> {
+    const char* v = std::getenv("SHARDSYNC_TEST_SLOW_ENGINE");
+    const char* colon = v ? std::strchr(v, ':') : nullptr;
+    if (!colon) return {"", 1.0};
+    return {std::string(v, colon), std::max(1.0, std::atof(colon + 1))};
+  }();
+  if (hook.second <= 1 || hook.first != engine_name(e)) return;
+  for (const double until = t0 + (now_s() - t0) * hook.second; now_s() < until;) {
+  }
+}
 
 }  // namespace shardsync

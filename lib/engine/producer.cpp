@@ -97,6 +97,7 @@ class Producer {
         ++st_.peers_lost;
       }
     m_.device->synchronize();
+    stretch_sync_for_test(spec_.kind, t0);
     st_.total_s = now_s() - t0;
     st_.peak_staging_bytes = meter_.peak();
     return st_;
