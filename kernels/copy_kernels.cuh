@@ -93,7 +93,7 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
     uint8_t b[V];
   } u;
   for (int64_t e = 0; e < per; ++e) {
-    uint32_t x = j.mode == kZero || j.mode == kVerifyZero ? 0u : synth_element(j.seed, se + e, eb);
+    uint32_t x = j.mode == kZero || j.mode == kVerifyZero ? 0u : synth_value(j.key, se + e, eb);
     for (int k = 0; k < eb; ++k) u.b[e * eb + k] = k < 4 ? uint8_t(x >> (8 * k)) : 0;
   }
   if (j.mode == kVerify || j.mode == kVerifyZero) {

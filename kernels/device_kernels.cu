@@ -25,7 +25,7 @@ namespace {
 using kernels::DevJob;
 
 // Converts a CopyDesc job to the kernel form, choosing the widest safe vector unit.
-DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, uint64_t seed) {
+DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, const SynthKey& key) {
   if (desc.dims.size() > size_t(kernels::kMaxOuter) + 1)
     throw Error("device kernels: a copy with more than 8 loops");
   DevJob j{};
@@ -35,7 +35,7 @@ DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int3
   j.dst_offset = desc.dst_offset;
   j.elem_bytes = eb;
   j.mode = mode;
-  j.seed = seed;
+  j.key = key;
   const CopyDim& in = desc.dims.back();
   j.outer = int32_t(desc.dims.size()) - 1;
   for (int k = 0; k < j.outer; ++k) {
@@ -133,7 +133,7 @@ class CudaDevice : public Device {
     std::vector<DevJob> dj;
     for (const SynthJob& j : jobs)
       if (j.desc.numel > 0)
-        dj.push_back(make_dev_job(j.desc, nullptr, j.dst, j.elem_bytes, j.zero ? kernels::kZero : kernels::kSynth, j.seed));
+        dj.push_back(make_dev_job(j.desc, nullptr, j.dst, j.elem_bytes, j.zero ? kernels::kZero : kernels::kSynth, j.key));
     launch(dj, lane);
   }
   void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane) override {
@@ -200,7 +200,7 @@ class CudaDevice : public Device {
     for (size_t i = 0; i < jobs.size(); ++i)
       if (jobs[i].desc.numel > 0) {
         dj.push_back(make_dev_job(jobs[i].desc, nullptr, jobs[i].dst, jobs[i].elem_bytes,
-                                  jobs[i].zero ? kernels::kVerifyZero : kernels::kVerify, jobs[i].seed));
+                                  jobs[i].zero ? kernels::kVerifyZero : kernels::kVerify, jobs[i].key));
         index.push_back(int64_t(i));
       }
     unsigned long long init[2] = {0ull, ~0ull};

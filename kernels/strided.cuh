@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "device/synth_hash.hpp"
+
 namespace shardsync::kernels {
 
 inline constexpr int kMaxOuter = 7;
@@ -30,7 +32,7 @@ struct DevJob {
   int64_t run_units;   // units per inner run
   int64_t inner_src_stride, inner_dst_stride;  // elements, used when unit == one element
   int64_t size[kMaxOuter], src_stride[kMaxOuter], dst_stride[kMaxOuter];  // outer loops, elements
-  uint64_t seed;
+  SynthKey key;        // kSynth/kVerify: the values (synth_value)
   int32_t outer;       // number of outer loops
   int32_t elem_bytes;
   int32_t unit_bytes;  // elem_bytes, or a vector width (4, 8, 16) for contiguous runs

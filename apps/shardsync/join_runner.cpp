@@ -52,7 +52,8 @@ int run_join(const JoinOptions& jo, int argc, char** argv) {
                     std::to_string(version) + ": " + fmt_fixed(st.total_s, 6) + " s, " + fmt_human_bytes(st.bytes_in) + ", " +
                     std::to_string(st.mismatches) + " wrong");
     syncs.push_back({{"engine", engine_name(e)}, {"version", version}, {"total_s", st.total_s}, {"bytes_in", st.bytes_in},
-                     {"mismatches", st.mismatches}});
+                     {"delta_chunks", st.delta_chunks}, {"delta_whole_chunks", st.delta_whole_chunks},
+                     {"delta_full_bytes", st.delta_full_bytes}, {"mismatches", st.mismatches}});
   }
   if (served == 0) throw Error("the job ended before taking world rank " + std::to_string(w.rank) + " back");
   std::cout << "# rank " << w.rank << " rejoined at weights version " << first_version << " and served " << served

@@ -46,6 +46,27 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
       ->capture_default_str();
   app->add_flag("!--no-verify", o->engine.verify,
                 "Skip verification (pure timing; never the default)");
+  app->add_option("--update-density", o->engine.updates.density,
+                  "Fraction of each tensor's elements (or rows, --update-pattern rows) whose synthetic "
+                  "value changes from one weights version to the next; the rest keep the value of the "
+                  "version at which they last changed, and verification checks every element against "
+                  "that. 1: every element changes every version")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--update-pattern", o->engine.updates.clustered,
+                  "How --update-density picks what changes: uniform (elements, independently) or rows "
+                  "(every element of a tensor's row together; a 1-D tensor is one row)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"uniform", false}, {"rows", true}}))
+      ->option_text("uniform|rows (default: uniform)");
+  app->add_flag("--delta", o->engine.delta,
+                "Pull engines: each packed chunk travels as what changed since it was last sent (a bitmap of "
+                "changed 16-bit words and their values), compared by the trainer with its copy of the chunk as "
+                "last sent; every piece is packed. Host memory only");
+  app->add_option("--anchor-every", o->engine.anchor_every,
+                  "With --delta: every Nth sync of an engine sends every chunk whole (an anchor), as does "
+                  "any sync a replacement rank joins at")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
   app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
   app->add_option("--rendezvous", o->engine.rendezvous,
@@ -382,7 +403,13 @@ void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines
             << fmt_human_bytes(rs.engine.send_buffer_bytes) << ", receive buffer "
             << fmt_human_bytes(o.engine.recv_buffer_bytes) << ", chunk "
             << fmt_human_bytes(o.engine.effective_chunk_bytes()) << ", inflight "
-            << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n# one pass: "
+            << o.engine.inflight << ", verify " << (o.engine.verify ? "on" : "OFF") << "\n# weights: "
+            << o.engine.updates.describe()
+            << (o.engine.delta ? "\n# delta: pull engines send what changed since each chunk was last sent; an anchor "
+                                 "(every chunk whole) every " + std::to_string(o.engine.anchor_every) +
+                                     " syncs of an engine and when a replacement joins"
+                               : "")
+            << "\n# one pass: "
             << engines.one_pass_description() << "\n";
   if (rs.s.inference->layout().quant != Quant::kNone)
     std::cout << "# target " << quant_name(rs.s.inference->layout().quant) << ", wire "
@@ -550,6 +577,10 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"min_get_bytes", o.engine.min_get_bytes},
                    {"layerwise", o.engine.layerwise},
                    {"verify", o.engine.verify},
+                   {"update_density", o.engine.updates.density},
+                   {"update_pattern", o.engine.updates.clustered ? "rows" : "uniform"},
+                   {"delta", o.engine.delta},
+                   {"anchor_every", o.engine.anchor_every},
                    {"syncs", o.syncs},
                    {"warmup", o.warmup},
                    {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};

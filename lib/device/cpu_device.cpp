@@ -18,8 +18,10 @@
 
 namespace shardsync {
 
-void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
-  auto* p = static_cast<uint8_t*>(dst);
+namespace {
+
+// Every element of the version at its own seed: one hash an element (the fast path).
+void fill_at_seed(uint8_t* p, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
   switch (elem_bytes) {
     case 2: {
       auto* q = reinterpret_cast<uint16_t*>(p);
@@ -43,15 +45,29 @@ void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem
   }
 }
 
+}  // namespace
+
+void synth_fill(void* dst, const SynthKey& key, int64_t first, int64_t n, int64_t elem_bytes) {
+  auto* p = static_cast<uint8_t*>(dst);
+  if (key.change_below == kEveryUnit) return fill_at_seed(p, key.seed, first, n, elem_bytes);
+  // Clustered: a unit's elements share their last change, looked up once a unit.
+  for (int64_t i = 0; i < n;) {
+    const int64_t e = first + i;
+    const int64_t run = key.unit > 0 ? std::min(n - i, key.unit - e % key.unit) : 1;
+    fill_at_seed(p + i * elem_bytes, synth_seed(key.hf, last_change(key, e)), e, run, elem_bytes);
+    i += run;
+  }
+}
+
 void cpu_synth(const SynthJob& job) {
   const int64_t eb = job.elem_bytes;
   for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
     if (job.zero) {
       for (int64_t i = 0; i < n; ++i) std::memset(job.dst + (d + i * ds) * eb, 0, size_t(eb));
     } else if (ss == 1 && ds == 1) {
-      synth_fill(job.dst + d * eb, job.seed, s, n, eb);
+      synth_fill(job.dst + d * eb, job.key, s, n, eb);
     } else {
-      for (int64_t i = 0; i < n; ++i) synth_fill(job.dst + (d + i * ds) * eb, job.seed, s + i * ss, 1, eb);
+      for (int64_t i = 0; i < n; ++i) synth_fill(job.dst + (d + i * ds) * eb, job.key, s + i * ss, 1, eb);
     }
   });
 }
@@ -65,9 +81,9 @@ VerifyResult cpu_verify(const std::vector<SynthJob>& jobs) {
     for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
       want.resize(size_t(n * eb));
       if (job.zero) std::memset(want.data(), 0, want.size());
-      else if (ss == 1) synth_fill(want.data(), job.seed, s, n, eb);
+      else if (ss == 1) synth_fill(want.data(), job.key, s, n, eb);
       else
-        for (int64_t i = 0; i < n; ++i) synth_fill(want.data() + i * eb, job.seed, s + i * ss, 1, eb);
+        for (int64_t i = 0; i < n; ++i) synth_fill(want.data() + i * eb, job.key, s + i * ss, 1, eb);
       if (ds == 1 && std::memcmp(job.dst + d * eb, want.data(), want.size()) == 0) return;
       for (int64_t i = 0; i < n; ++i) {
         if (std::memcmp(job.dst + (d + i * ds) * eb, want.data() + i * eb, size_t(eb)) == 0) continue;

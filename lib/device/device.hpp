@@ -12,6 +12,7 @@
 
 #include "tensor/view.hpp"
 #include "device/mem_kind.hpp"
+#include "device/synth_hash.hpp"
 
 namespace shardsync {
 
@@ -23,11 +24,11 @@ struct CopyJob {
   int32_t elem_bytes = 2;
 };
 
-// dst[desc.dst positions] = synth_element(seed, desc.src positions, elem_bytes) (or 0 when zero is set):
+// dst[desc.dst positions] = synth_value(key, desc.src positions, elem_bytes) (or 0 when zero is set):
 // fills trainer shards, and checks consumers' live weights.
 struct SynthJob {
   uint8_t* dst = nullptr;
-  uint64_t seed = 0;
+  SynthKey key;
   CopyDesc desc;
   int32_t elem_bytes = 2;
   bool zero = false;
@@ -161,8 +162,8 @@ int gpus_listed_by_driver();
 std::string broken_gpu_setup();
 
 // CPU twins of the device kernels (they define the semantics the GPU kernels match).
-// synth_fill writes the low `elem_bytes` bytes of synth_element(seed, first + i, elem_bytes), i in [0, n).
-void synth_fill(void* dst, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes);
+// synth_fill writes the low `elem_bytes` bytes of synth_value(key, first + i, elem_bytes), i in [0, n).
+void synth_fill(void* dst, const SynthKey& key, int64_t first, int64_t n, int64_t elem_bytes);
 void cpu_synth(const SynthJob& job);
 VerifyResult cpu_verify(const std::vector<SynthJob>& jobs);
 

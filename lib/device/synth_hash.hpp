@@ -85,4 +85,54 @@ SHARDSYNC_HD uint32_t synth_element(uint64_t seed, int64_t elem, int64_t elem_by
   return h;
 }
 
+// How weights change from one version to the next (`--update-density`, issue 21): at each
+// version a fraction of each tensor's change units takes a new value and the rest keep theirs.
+// A unit is an element (uniform) or a run of `unit` consecutive elements (clustered: a row of
+// the tensor). Unit u of tensor t changes at version v >= 1 when
+// synth_bits(change_seed(t, v), u) < change_below (a fraction change_below / 2^32 of units);
+// its value at version v is that of version L, the last version <= v at which it changed
+// (0 when none did: every tensor starts at version 0). change_below == kEveryUnit: every
+// element changes at every version, L = v (the values of before issue 21, and the fast path).
+inline constexpr uint32_t kEveryUnit = 0xffffffffu;
+
+SHARDSYNC_HD uint64_t change_seed(int32_t hf, uint64_t version) {
+  return mix64((uint64_t(uint32_t(hf)) << 32) ^ (version * 0xd1b54a32d192ed03ULL) ^ 0xc4a6e5d1ULL);
+}
+
+// What fixes an element's value: its tensor, the version, and how the tensor changes. Built
+// from a plain seed (every element at that seed, the synthetic values of one version), or by
+// synth_key() from (tensor, version, update model).
+struct SynthKey {
+  uint64_t seed = 0;                  // synth_seed(hf, version)
+  uint64_t version = 0;
+  int64_t unit = 0;                   // elements per change unit (clustered); 0: one element
+  int32_t hf = 0;
+  uint32_t change_below = kEveryUnit;
+  SynthKey() = default;
+  SHARDSYNC_HD SynthKey(uint64_t s) : seed(s) {}  // NOLINT: a plain seed is a key
+};
+
+SHARDSYNC_HD SynthKey synth_key(int32_t hf, uint64_t version, uint32_t change_below, int64_t unit) {
+  SynthKey k(synth_seed(hf, version));
+  k.version = version;
+  k.unit = unit;
+  k.hf = hf;
+  k.change_below = change_below;
+  return k;
+}
+
+// The version whose value element `elem` holds at k.version (L above).
+SHARDSYNC_HD uint64_t last_change(const SynthKey& k, int64_t elem) {
+  if (k.change_below == kEveryUnit) return k.version;
+  const int64_t u = k.unit > 0 ? elem / k.unit : elem;
+  for (uint64_t v = k.version; v > 0; --v)
+    if (synth_bits(change_seed(k.hf, v), u) < k.change_below) return v;
+  return 0;
+}
+
+SHARDSYNC_HD uint32_t synth_value(const SynthKey& k, int64_t elem, int64_t elem_bytes) {
+  if (k.change_below == kEveryUnit) return synth_element(k.seed, elem, elem_bytes);
+  return synth_element(synth_seed(k.hf, last_change(k, elem)), elem, elem_bytes);
+}
+
 }  // namespace shardsync

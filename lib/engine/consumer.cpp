@@ -142,6 +142,28 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == f.trainer; });
     const Chunk& ch = it->second[size_t(f.chunk)];
     uint8_t* base = consumer_side.landing.data() + f.offset;
+    if (opt.delta) {  // the record brings the kept chunk to this version; its pieces are placed from there
+      PhaseTimer t(st.process_s);
+      KeptChunk& kept = consumer_side.kept[{int32_t(e), f.unit, int32_t(f.trainer), f.chunk}];
+      const bool have = kept.bytes.data() != nullptr || ch.bytes == 0;
+      if (!have) {
+        kept.bytes = DeviceBuffer(device.get(), ch.bytes);
+        consumer_side.kept_bytes += ch.bytes;
+      }
+      DeltaRecord r;
+      try {
+        r = delta_apply(base, f.bytes, kept.bytes.data(), ch.bytes, have, kept.version);
+      } catch (const Error& x) {
+        throw Error("consumer rank " + std::to_string(world.rank) + ", unit " + std::to_string(f.unit) + " chunk " +
+                    std::to_string(f.chunk) + " from trainer rank " + std::to_string(f.trainer) + ": " + x.what());
+      }
+      kept.version = version;
+      st.delta_full_bytes += ch.bytes;
+      st.delta_index_bytes += r.index_bytes;
+      st.delta_whole_chunks += r.whole;
+      ++st.delta_chunks;
+      base = kept.bytes.data();
+    }
     if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted) {
       // Test hook: one flipped bit must fail verification (the chunk's first byte, or the
       // first FP8 piece's first code or scale).
@@ -226,8 +248,9 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       const CtrlMsg& r = readies.front();
       const auto& per_trainer = sched.chunks.at(size_t(r.a));
       auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == r.from; });
-      if (it == per_trainer.end() || r.b < 0 || r.b >= int32_t(it->second.size()) || it->second[size_t(r.b)].bytes != r.y ||
-          uint64_t(r.z) != version)
+      if (it == per_trainer.end() || r.b < 0 || r.b >= int32_t(it->second.size()) || uint64_t(r.z) != version ||
+          (opt.delta ? r.y < kDeltaHeaderBytes || r.y > delta_record_capacity(it->second[size_t(r.b)].bytes)
+                     : it->second[size_t(r.b)].bytes != r.y))
         throw Error("consumer: READY from rank " + std::to_string(r.from) + " for unit " + std::to_string(r.a) +
                     " chunk " + std::to_string(r.b) + " does not match this rank's schedule");
       auto off = arena.alloc(r.y);
@@ -293,6 +316,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   st.total_s = now_s() - t0;
   st.transfer_s = transfer.total();
   st.peak_staging_bytes = meter.peak();
+  st.delta_kept_bytes = consumer_side.kept_bytes;
   if (opt.verify) verify(version, st);
   return st;
 }
@@ -325,7 +349,8 @@ void Engines::Impl::verify(uint64_t version, RankStats& st) {
     if (consumer_side.fp8_arrived && consumer_side.quant_of_param[size_t(e.engine_param)] >= 0) continue;
     job_param.push_back(e.engine_param);
     jobs.push_back(SynthJob{consumer_side.live.data() + consumer_side.param_offset[size_t(e.engine_param)],
-                            e.is_fill() ? 0 : synth_seed(e.hf_param, version), e.copy, int32_t(dtype_bytes(ep.dtype)),
+                            e.is_fill() ? SynthKey(0) : weight_key(model, e.hf_param, version, opt.updates), e.copy,
+                            int32_t(dtype_bytes(ep.dtype)),
                             e.is_fill()});
   }
   device->synchronize();

@@ -13,6 +13,7 @@
 #include "engine/engine_table.hpp"
 #include "engine/pipeline.hpp"  // set_idle_sleep_allowed
 #include "engine/stats.hpp"
+#include "engine/synthetic.hpp"  // UpdateModel
 #include "layout/inference.hpp"
 #include "layout/trainer.hpp"
 #include "plan/plan.hpp"
@@ -31,6 +32,8 @@ struct SyncOptions {
   int64_t bucket_bytes = 64 << 20;       // broadcast bucket
   int inflight = 2;                      // V3: gathered weight groups a trainer may hold
   bool verify = true;
+  // How the synthetic weights change from one version to the next (--update-density).
+  UpdateModel updates;
   // One pass: consumers read the trainers' weights themselves where the transport allows
   // (pieces from the trainer's own shards), writing the engine parameters in place.
   bool one_pass = true;
@@ -48,6 +51,12 @@ struct SyncOptions {
   // packs them; inference ranks place them in the live FP8 weights. Off: bf16 on the wire,
   // inference ranks quantize (the process step). The broadcast baseline always sends bf16.
   bool wire_fp8 = false;
+  // Delta sync (engine/delta.hpp): pull engines send each packed chunk as what changed since it
+  // was last sent (trainers and inference ranks keep the chunks as last sent / received; every
+  // piece packed, none read in one pass). Every `anchor_every`-th sync of an engine, and any
+  // sync at which a replacement joined, sends every chunk whole (an anchor). Host memory only.
+  bool delta = false;
+  int anchor_every = 8;
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
   int corrupt_at_sync = -1;
   enum class CorruptIn : uint8_t { kAny, kFp8Code, kFp8Scale } corrupt_in = CorruptIn::kAny;  // where that bit is

@@ -26,6 +26,11 @@ void SyncOptions::check_sizes() const {
   in_range("--chunk", chunk_bytes, 1 << 10, kTiB, "the largest packed chunk; capped at half of each buffer");
   in_range("--bucket", bucket_bytes, 4 << 10, kTiB, "the broadcast bucket");
   in_range("--min-get", min_get_bytes, 0, kTiB, "pieces smaller than this stay packed");
+  if (delta && memory == MemKind::kCuda)
+    throw InputError("--delta", "--memory cuda",
+                     "delta sync runs on host memory in this build (the device's record encoder and decoder are not "
+                     "written yet)");
+  if (anchor_every < 1) throw InputError("--anchor-every", std::to_string(anchor_every), "expected 1 or more syncs");
 }
 
 Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
@@ -42,7 +47,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
   if (!transport->supports(opt.memory))
     throw InputError("--transport", opt.transport, "cannot move " + std::string(opt.memory == MemKind::kCuda ? "GPU" : "host") +
                                                        " memory in this build");
-  if (opt.one_pass && !opt.layerwise) one_pass = transport->maps_peer_memory() ? OnePass::kMapped : OnePass::kContiguous;
+  if (opt.one_pass && !opt.layerwise && !opt.delta) one_pass = transport->maps_peer_memory() ? OnePass::kMapped : OnePass::kContiguous;
   // Collective set-up in a fixed order on every rank: trainer groups, then the broadcast group.
   if (world.trainer) {
     const int64_t weights = weights_layout(model, trainer, world.rank).bytes;
@@ -263,7 +268,7 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
     MPI_CHECK(MPI_Barrier(m.world.trainers));
-    m.trainer_side.shards->fill(version, stale);
+    m.trainer_side.shards->fill(version, m.opt.updates, stale);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
     MPI_CHECK(MPI_Barrier(m.world.trainers));
     // Replacements for dead ranks come in at the boundary (rank 0 decides).
@@ -395,6 +400,7 @@ std::string Engines::one_pass_description() const {
              " or more: one-sided gets into the live weights)";
     case OnePass::kOff: break;
   }
+  if (impl_->opt.delta) return "off (--delta: every piece packed, each chunk compared with the one last sent)";
   return impl_->opt.layerwise ? "off (--layerwise: every piece packed)" : "off (--one-pass off)";
 }
 

@@ -1,6 +1,7 @@
 // Engine internals shared by the producer, consumer and broadcast implementations.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <deque>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "engine/collectives.hpp"
+#include "engine/delta.hpp"
 #include "device/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/gather.hpp"
@@ -71,6 +73,12 @@ struct ProducerSchedule : UnitSchedule {
 // engines whose row caches requests).
 using RequestCache = std::vector<std::vector<std::optional<std::vector<ChunkPiece>>>>;
 
+// Delta sync: a chunk as last sent or received, and the version it holds.
+struct KeptChunk {
+  DeviceBuffer bytes;
+  uint64_t version = 0;
+};
+
 // What a trainer rank holds: its shards, the registered send buffer, its gather groups, the
 // schedule of each engine and the requests consumers sent. One registered allocation holds
 // the send buffer (at 0) and the weights (at Impl::weights_base()).
@@ -82,6 +90,11 @@ struct TrainerSide {
   std::map<int, ProducerSchedule> schedules;                    // by engine
   std::map<int, RequestCache> request_cache;                    // by engine
   DeviceBuffer bcast_bucket;                                    // rank 0: broadcast's bucket, kept across syncs
+  // --delta: each chunk as last sent, by (engine, unit, local rank, chunk), and per engine the
+  // version of its last anchor (a sync that sent every chunk whole).
+  std::map<std::array<int32_t, 4>, KeptChunk> kept;
+  std::map<int, uint64_t> last_anchor;
+  int64_t kept_bytes = 0;
 };
 
 // What an inference rank holds: its plan, the registered receive buffer, the live weights
@@ -102,6 +115,9 @@ struct ConsumerSide {
   std::map<int, bool> requests_sent;                          // engines whose requests were sent once
   BufferPool layerwise_pool;
   DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs
+  // --delta: each chunk as last received, by (engine, unit, trainer, chunk).
+  std::map<std::array<int32_t, 4>, KeptChunk> kept;
+  int64_t kept_bytes = 0;
   // An FP8 target (plan/quant.hpp, quantize.cpp): the quantized parameters, and the live FP8
   // weights in `fp8`: each one's e4m3fn codes and fp32 scales (byte offsets in it). The bf16
   // values land in `live` or a layerwise buffer as for any target; the process step quantizes.
@@ -133,6 +149,7 @@ struct Liveness {
 struct RejoinState {
   std::vector<CtrlMsg> pending_joins;
   std::vector<RejoinEvent> log, last;
+  bool taken_now = false;  // every trainer: a replacement was taken at this sync's boundary
 };
 
 // One sync's one-pass reads on a consumer (one_pass.cpp): every piece it reads from the

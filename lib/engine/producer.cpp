@@ -18,7 +18,8 @@ namespace shardsync {
 namespace {
 
 struct PackedChunk {
-  int64_t offset = 0, bytes = 0;
+  int64_t offset = 0, bytes = 0;  // bytes: what consumers pull (--delta: the record)
+  int64_t held = 0;               // of the send buffer (--delta: the record's capacity)
   std::set<int> waiting;  // consumers that have not sent DONE
   Fence packed = 0;       // the pack kernel's fence; READY goes out once it has passed
   bool ready = false;
@@ -64,6 +65,15 @@ class Producer {
         arena_(m.trainer_side.send_buffer.size()), gctx_(m.gather_context()) {
     st_.rank = m.world.rank;
     st_.trainer = 1;
+    if (m.opt.delta) {
+      // An anchor (every chunk whole): the engine's first sync, every anchor_every-th after its
+      // last anchor, and any sync a replacement joined at (it holds nothing; its replica's
+      // other ranks missed versions while it was down). Every trainer decides alike.
+      auto last = m.trainer_side.last_anchor.find(int(e));
+      anchor_ = last == m.trainer_side.last_anchor.end() || version - last->second >= uint64_t(m.opt.anchor_every) ||
+                m.rejoin.taken_now;
+      if (anchor_) m.trainer_side.last_anchor[int(e)] = version;
+    }
     if (cache_.empty() || per_sync_requests_)
       cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
     meter_.add(m.trainer_side.send_buffer.size());
@@ -100,6 +110,7 @@ class Producer {
     stretch_sync_for_test(spec_.kind, t0);
     st_.total_s = now_s() - t0;
     st_.peak_staging_bytes = meter_.peak();
+    st_.delta_kept_bytes = m_.trainer_side.kept_bytes;
     return st_;
   }
 
@@ -314,7 +325,7 @@ class Producer {
 
   void send_ready(const UnitWork& w, int l, size_t j, int consumer) {
     const LocalRankWork& lw = w.locals[size_t(l)];
-    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.chunks[j].bytes, int64_t(version_), {}};
+    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.packed[j].bytes, int64_t(version_), {}};
     try {
       m_.transport->send(consumer, r);
     } catch (const PeerFailure&) {
@@ -355,14 +366,16 @@ class Producer {
     size_t fit = 0;
     for (; fit < round->size(); ++fit) {
       LocalRankWork& lw = w.locals[size_t((*round)[fit])];
-      auto off = arena_.alloc(lw.chunks[lw.next].bytes);
+      const int64_t held = held_bytes(lw.chunks[lw.next]);
+      auto off = arena_.alloc(held);
       if (!off) break;
       lw.packed[lw.next].offset = *off;
+      lw.packed[lw.next].held = held;
     }
     if (fit < round->size() && !idle) {
       for (size_t k = 0; k < fit; ++k) {
         const LocalRankWork& lw = w.locals[size_t((*round)[k])];
-        arena_.release(lw.packed[lw.next].offset, lw.chunks[lw.next].bytes);
+        arena_.release(lw.packed[lw.next].offset, lw.packed[lw.next].held);
       }
       return false;
     }
@@ -377,7 +390,8 @@ class Producer {
       PhaseTimer t(st_.pack_s);
       for (int l : round) {
         const LocalRankWork& lw = w.locals[size_t(l)];
-        const int64_t off = lw.packed[lw.next].offset;
+        // --delta: the chunk is packed where a whole record carries it, after the header.
+        const int64_t off = lw.packed[lw.next].offset + (m_.opt.delta ? kDeltaHeaderBytes : 0);
         for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
           const SlabRef* s = w.gather->slab(p.hf);
           if (!s)
@@ -412,19 +426,40 @@ class Producer {
       const Chunk& ch = lw.chunks[lw.next];
       std::vector<int> consumers = m_.consumers_of_local(l);
       PackedChunk& pc = lw.packed[lw.next];
-      pc = PackedChunk{pc.offset, ch.bytes, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
+      const int64_t bytes = m_.opt.delta ? encode_delta(w.unit, l, int32_t(lw.next), pc.offset, ch.bytes) : ch.bytes;
+      pc = PackedChunk{pc.offset, bytes, pc.held, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
       for (int c : consumers)
         if (!peers_.owed[c]++ && !peers_.last_heard.count(c)) peers_.last_heard[c] = now_s();
       w.outstanding += int64_t(consumers.size());
-      st_.bytes_out += ch.bytes * int64_t(consumers.size());
+      st_.bytes_out += bytes * int64_t(consumers.size());
       if (consumers.empty()) release_chunk(pc);
       ++lw.next;
     }
   }
 
+  // Send-buffer bytes a chunk takes: the chunk, or with --delta its record's capacity.
+  int64_t held_bytes(const Chunk& ch) const { return m_.opt.delta ? delta_record_capacity(ch.bytes) : ch.bytes; }
+
+  // --delta: the chunk just packed (after the record's header at `offset`) becomes its record:
+  // compared with the chunk as last sent, which then holds it. Returns the record's bytes.
+  int64_t encode_delta(int32_t unit, int l, int32_t chunk, int64_t offset, int64_t chunk_bytes) {
+    PhaseTimer t(st_.delta_detect_s);
+    m_.device->synchronize();  // the pack (and an FP8 piece's quantization) has landed
+    KeptChunk& kept = m_.trainer_side.kept[{int32_t(spec_.kind), unit, int32_t(l), chunk}];
+    const bool first = kept.bytes.data() == nullptr && chunk_bytes > 0;
+    if (first) {
+      kept.bytes = DeviceBuffer(m_.device.get(), chunk_bytes);
+      m_.trainer_side.kept_bytes += chunk_bytes;
+    }
+    DeltaRecord r = delta_encode(m_.trainer_side.send_buffer.data() + offset, chunk_bytes, kept.bytes.data(), kept.version,
+                                 version_, anchor_ || first, delta_scratch_);
+    kept.version = version_;
+    return r.bytes;
+  }
+
   void release_chunk(PackedChunk& pc) {
     if (!pc.released && pc.waiting.empty()) {
-      arena_.release(pc.offset, pc.bytes);
+      arena_.release(pc.offset, pc.held);
       pc.released = true;
     }
   }
@@ -463,6 +498,8 @@ class Producer {
   IdleBackoff backoff_;
   Liveness peers_;
   std::map<int, int64_t> direct_waiting_;  // consumers reading this rank's weights in one pass: their bytes
+  bool anchor_ = false;                    // --delta: every chunk goes whole this sync
+  std::vector<uint8_t> delta_scratch_;
 };
 
 }  // namespace

@@ -79,7 +79,8 @@ void Engines::Impl::verify_fp8(uint64_t version, RankStats& st) {
     std::vector<SynthJob> expected;
     for (const PlanEntry& e : cs.plan->entries)
       if (e.engine_param == q.param)
-        expected.push_back(SynthJob{scratch.data(), e.is_fill() ? 0 : synth_seed(e.hf_param, version), e.copy, 2, e.is_fill()});
+        expected.push_back(SynthJob{scratch.data(), e.is_fill() ? SynthKey(0) : weight_key(model, e.hf_param, version, opt.updates),
+                                    e.copy, 2, e.is_fill()});
     device->synth(expected);
     device->quantize_fp8(quant_jobs(-1, scratch.data(), cs.param_offset[size_t(q.param)], codes.data(), scales.data(), q.param));
     device->synchronize();

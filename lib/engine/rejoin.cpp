@@ -99,7 +99,8 @@ std::string Engines::Impl::fingerprint() const {
          std::to_string(kChunkFormat) + "), " +
          (opt.memory == MemKind::kCuda ? "cuda" : "host") + " memory, send buffer " + std::to_string(opt.send_buffer_bytes) +
          ", one-pass " + std::to_string(int(one_pass)) + " min get " + std::to_string(opt.min_get_bytes) + (opt.layerwise ? ", layerwise" : "") +
-         ", quant " + quant_name(inference.layout().quant) + (opt.wire_fp8 ? ", fp8 on the wire" : "");
+         ", quant " + quant_name(inference.layout().quant) + (opt.wire_fp8 ? ", fp8 on the wire" : "") + ", weights: " + opt.updates.describe() +
+         (opt.delta ? ", delta (anchor every " + std::to_string(opt.anchor_every) + ")" : "");
 }
 
 void Engines::Impl::publish_contact() {
@@ -171,6 +172,7 @@ void Engines::Impl::accept_joins(uint64_t version) {
   }
   uint64_t n = taken.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, world.trainers));
+  rejoin.taken_now = n > 0;
   if (n == 0) return;
   taken.resize(size_t(n));
   MPI_CHECK(MPI_Bcast(taken.data(), int(n), MPI_BYTE, 0, world.trainers));

@@ -37,6 +37,16 @@ struct RankStats {
   int32_t peers_lost = 0;          // trainer: consumers it declared dead in this sync
   int32_t replica = -1;            // consumer's replica
   int32_t skipped = 0;             // the sync did not run (a broadcast after a rank failed)
+  // Delta sync (--delta). Consumer: chunk bytes the records it pulled stand for (what a sync
+  // without --delta moves), of bytes_in the records' headers and change bitmaps, and chunks
+  // that came whole (anchors); trainer: time comparing packed chunks with the last sent and
+  // writing the records (change detection). Both: memory holding the kept chunks.
+  int64_t delta_full_bytes = 0;
+  int64_t delta_index_bytes = 0;
+  int64_t delta_whole_chunks = 0;
+  int64_t delta_chunks = 0;
+  double delta_detect_s = 0;
+  int64_t delta_kept_bytes = 0;
 };
 
 // A replacement process took a dead rank's place (rank 0's record).

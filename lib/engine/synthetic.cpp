@@ -1,6 +1,8 @@
 #include "engine/synthetic.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace shardsync {
 
@@ -42,12 +44,32 @@ TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& tra
   }
 }
 
-void TrainerShards::fill(uint64_t version, int32_t skip_hf) {
+uint32_t UpdateModel::change_below() const {
+  if (every_element()) return kEveryUnit;
+  if (!(density > 0.0)) return 0;
+  return uint32_t(std::min<int64_t>(std::llround(std::ldexp(density, 32)), int64_t(kEveryUnit) - 1));
+}
+
+std::string UpdateModel::describe() const {
+  if (every_element()) return "every element changes at every version";
+  char b[128];
+  std::snprintf(b, sizeof b, "%.4g%% of %s change at each version", 100.0 * density,
+                clustered ? "each tensor's rows (clustered)" : "each tensor's elements (uniform)");
+  return b;
+}
+
+SynthKey weight_key(const ModelSpec& model, int32_t hf, uint64_t version, const UpdateModel& updates) {
+  const std::vector<int64_t>& shape = model.param(hf).shape;
+  const int64_t unit = updates.clustered && !shape.empty() ? shape.back() : 0;
+  return synth_key(hf, version, updates.change_below(), unit);
+}
+
+void TrainerShards::fill(uint64_t version, const UpdateModel& updates, int32_t skip_hf) {
   std::vector<SynthJob> jobs;
   for (Shard& s : shards_) {
     if (s.hf == skip_hf) continue;
     const ParamMeta& p = model_->param(s.hf);
-    jobs.push_back(SynthJob{s.data, synth_seed(s.hf, version), box_desc(p.shape, s.box),
+    jobs.push_back(SynthJob{s.data, weight_key(*model_, s.hf, version, updates), box_desc(p.shape, s.box),
                             int32_t(dtype_bytes(p.dtype)), false});
   }
   device_->synth(jobs);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "layout/trainer.hpp"
@@ -13,6 +14,20 @@
 #include "model/catalog.hpp"
 
 namespace shardsync {
+
+// How the synthetic weights change between versions (`--update-density`, synth_hash.hpp): a
+// fraction `density` of each tensor's elements (uniform), or of its rows (clustered: every
+// element of a row changes together; a 1-D tensor is one row), takes a new value at each
+// version. 1: every element at every version.
+struct UpdateModel {
+  double density = 1.0;
+  bool clustered = false;
+  bool every_element() const { return density >= 1.0; }
+  uint32_t change_below() const;  // synth_hash.hpp's threshold for `density`
+  std::string describe() const;   // "every element changes at every version", "2% of rows ..."
+};
+// The key of HF tensor `hf`'s values at `version` under `updates`.
+SynthKey weight_key(const ModelSpec& model, int32_t hf, uint64_t version, const UpdateModel& updates);
 
 // The copy from an HF tensor's element-index space to a box stored contiguously: the
 // source positions are the elements' global indices.
@@ -71,8 +86,9 @@ class TrainerShards {
     uint8_t* data = nullptr;  // box elements, row-major, in the weights region
     int64_t bytes = 0;
   };
-  // Refills every shard with `version` (the optimizer step); `skip_hf` keeps one stale.
-  void fill(uint64_t version, int32_t skip_hf = -1);
+  // Refills every shard with `version` (the optimizer step) under `updates`; `skip_hf` keeps
+  // one stale.
+  void fill(uint64_t version, const UpdateModel& updates, int32_t skip_hf = -1);
   const Shard* find(int32_t hf) const;
   const std::vector<Shard>& shards() const { return shards_; }
   int64_t bytes() const { return bytes_; }

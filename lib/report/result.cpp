@@ -42,6 +42,8 @@ EngineSummary summarize(const EngineRun& run) {
   s.engine = run.engine;
   std::vector<double> times, gather, pack, transfer, process, quantize, quantize_tr, wait, verify, rank_bw, tpeak, cpeak;
   int64_t moved = 0, one_pass = 0, messages = 0, gets = 0;
+  int64_t full = 0, index = 0, whole = 0, chunks = 0;
+  std::vector<double> detect;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
     for (const RankStats& r : ranks) s.wrong += r.mismatches;
@@ -58,6 +60,8 @@ EngineSummary summarize(const EngineRun& run) {
         pack.push_back(r.pack_s);
         if (r.quantize_s > 0) quantize_tr.push_back(r.quantize_s);  // FP8 on the wire: trainers quantize
         tpeak.push_back(double(r.peak_staging_bytes));
+        detect.push_back(r.delta_detect_s);
+        s.trainer_kept_bytes = std::max(s.trainer_kept_bytes, r.delta_kept_bytes);
       } else {
         transfer.push_back(r.transfer_s);
         process.push_back(r.process_s);
@@ -68,6 +72,11 @@ EngineSummary summarize(const EngineRun& run) {
         one_pass += r.one_pass_bytes;
         if (r.total_s > 0) rank_bw.push_back(double(r.bytes_in) / r.total_s / 1e9);
         cpeak.push_back(double(r.peak_staging_bytes));
+        full += r.delta_full_bytes;
+        index += r.delta_index_bytes;
+        whole += r.delta_whole_chunks;
+        chunks += r.delta_chunks;
+        s.consumer_kept_bytes = std::max(s.consumer_kept_bytes, r.delta_kept_bytes);
       }
     }
     times.push_back(t);
@@ -89,6 +98,11 @@ EngineSummary summarize(const EngineRun& run) {
   s.consumer_peak_bytes = reduce(cpeak);
   s.messages = messages / n;
   s.gets = gets / n;
+  s.delta_full_bytes = full / n;
+  s.delta_index_bytes = index / n;
+  s.delta_whole_chunks = whole / n;
+  s.delta_chunks = chunks / n;
+  s.delta_detect_s = mean(detect);
   return s;
 }
 
@@ -102,6 +116,14 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
   // An FP8 target: its quantization (the process step's part), mean over consumers.
   const bool quantized = std::any_of(rows.begin(), rows.end(), [](const EngineSummary& r) { return r.quantize_s > 0; });
   if (quantized) cols.insert(cols.begin() + 9, Column{"quantize", "s"});
+  // --delta: what a full sync moves, the records' index, the trainers' change detection.
+  const bool delta = std::any_of(rows.begin(), rows.end(), [](const EngineSummary& r) { return r.delta_chunks > 0; });
+  if (delta) {
+    cols.push_back({"full", "MB"});
+    cols.push_back({"of_full", "%"});
+    cols.push_back({"index", "MB"});
+    cols.push_back({"detect", "s"});
+  }
   Table t(cols);
   if (!title.empty()) t.add_title(title);
   double base = 0;
@@ -119,6 +141,13 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
         base > 0 && r.time_s.avg > 0 ? fmt_fixed(base / r.time_s.avg, 2) : "-"};
     if (link_gbps > 0) cells.push_back(fmt_fixed(100.0 * r.aggregate_gbps / link_gbps, 1));
     if (quantized) cells.insert(cells.begin() + 9, f(r.quantize_s));
+    if (delta) {
+      const bool d = r.delta_chunks > 0;
+      cells.push_back(d ? fmt_fixed(double(r.delta_full_bytes) / 1e6, 3) : "-");
+      cells.push_back(d && r.delta_full_bytes > 0 ? fmt_fixed(100.0 * double(r.bytes_moved) / double(r.delta_full_bytes), 2) : "-");
+      cells.push_back(d ? fmt_fixed(double(r.delta_index_bytes) / 1e6, 3) : "-");
+      cells.push_back(d ? f(r.delta_detect_s) : "-");
+    }
     t.add_row(cells);
   }
   t.print(os);
@@ -144,7 +173,14 @@ nlohmann::json summary_json(const EngineSummary& s) {
           {"inference_peak_staging_bytes", mam(s.consumer_peak_bytes)},
           {"messages_per_sync", s.messages},
           {"gets_per_sync", s.gets},
-          {"wrong", s.wrong}};
+          {"wrong", s.wrong},
+          {"delta", {{"full_bytes", s.delta_full_bytes},
+                     {"index_bytes", s.delta_index_bytes},
+                     {"whole_chunks", s.delta_whole_chunks},
+                     {"chunks", s.delta_chunks},
+                     {"detect_s", s.delta_detect_s},
+                     {"trainer_kept_bytes", s.trainer_kept_bytes},
+                     {"inference_kept_bytes", s.consumer_kept_bytes}}}};
 }
 
 nlohmann::json run_json(const EngineRun& run) {
@@ -177,6 +213,11 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"pack_copies", r.pack_copies},
                        {"pack_copies_together", r.pack_copies_together},
                        {"peak_staging_bytes", r.peak_staging_bytes},
+                       {"delta_full_bytes", r.delta_full_bytes},
+                       {"delta_index_bytes", r.delta_index_bytes},
+                       {"delta_whole_chunks", r.delta_whole_chunks},
+                       {"delta_detect_s", r.delta_detect_s},
+                       {"delta_kept_bytes", r.delta_kept_bytes},
                        {"mismatches", r.mismatches}});
     }
     syncs.push_back({{"index", k}, {"warmup", int(k) < run.warmup}, {"time_s", t}, {"ranks", ranks}});

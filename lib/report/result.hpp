@@ -39,6 +39,13 @@ struct EngineSummary {
   MinAvgMax trainer_peak_bytes, consumer_peak_bytes;
   int64_t messages = 0, gets = 0;    // per sync, all ranks
   int64_t wrong = 0;                 // mismatched elements over all syncs (warm-up included)
+  // --delta, per timed sync over all inference ranks: the chunk bytes the records stood for
+  // (what moves without --delta), of bytes_moved the records' index (headers, bitmaps), chunks
+  // that went whole of all chunks; trainers' change detection (mean over trainers); the most
+  // memory a rank keeps for the last chunks (trainer, inference rank).
+  int64_t delta_full_bytes = 0, delta_index_bytes = 0, delta_whole_chunks = 0, delta_chunks = 0;
+  double delta_detect_s = 0;
+  int64_t trainer_kept_bytes = 0, consumer_kept_bytes = 0;
 };
 
 EngineSummary summarize(const EngineRun& run);

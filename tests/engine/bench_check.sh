@@ -12,6 +12,8 @@
 # EXPECT_WIRE_FP8=1: FP8 on the wire at an inference layout where each rank holds the whole
 # model (TP1, as the broadcast sends it): every pull row moved at most 3/4 of the broadcast
 # row's bytes (bf16 would move the same).
+# EXPECT_DELTA=LO:HI: --delta: every pull row moved between LO% and HI% of what a full sync
+# moves (its of_full column; the broadcast row has none).
 set -u
 np="$1"; ss="$2"; shift 2
 engines="${EXPECT_ENGINES:-$("$ss" engines --names)}"
@@ -53,6 +55,17 @@ for e in $engines; do
     moved=$(awk -v c="$moved_col" '{print $c}' <<<"$row")
     awk -v m="$moved" -v b="${bcast_moved:-0}" 'BEGIN { exit !(b > 0 && m <= 0.75 * b) }' ||
       fail "engine $e moved $moved MB with FP8 on the wire, the broadcast (bf16) ${bcast_moved:-?} MB: expected at most 3/4"
+  fi
+  if [[ -n "${EXPECT_DELTA:-}" ]]; then
+    of_full_col=$(col of_full)
+    [[ -n "$of_full_col" ]] || fail "no of_full column in the table header (--delta)"
+    pct=$(awk -v c="$of_full_col" '{print $c}' <<<"$row")
+    if [[ "$e" == broadcast ]]; then
+      [[ "$pct" == - ]] || fail "the broadcast row has of_full $pct, expected - (it sends everything)"
+    else
+      awk -v x="$pct" -v r="$EXPECT_DELTA" 'BEGIN { split(r, b, ":"); exit !(x ~ /^[0-9.]+$/ && x + 0 >= b[1] && x + 0 <= b[2]) }' ||
+        fail "engine $e moved ${pct}% of a full sync, expected ${EXPECT_DELTA/:/ to }%"
+    fi
   fi
   case "${EXPECT_ONE_PASS:-}:$e" in
     some:broadcast | :*) ;;

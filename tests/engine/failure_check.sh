@@ -23,6 +23,10 @@ mca=(--mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca or
 memory=(--memory "${FAILURE_CHECK_MEMORY:-host}")
 extra=("${memory[@]}")
 [[ "${FAILURE_CHECK_MEMORY:-host}" == cuda ]] && extra+=(--transport ucx)
+# FAILURE_CHECK_ARGS: more options for the job and the replacement alike (as --delta).
+read -r -a more <<<"${FAILURE_CHECK_ARGS:-}"
+memory+=("${more[@]}")
+extra+=("${more[@]}")
 common=(sync --layout tiny-moe-local -e v3 --warmup 1 --failure-timeout 2 --json "$dir/out.json" "${extra[@]}")
 
 fail() { echo "FAIL ($mode): $*"; tail -40 "$log"; exit 1; }
@@ -112,7 +116,7 @@ esac
 syncs=$(grep -cE "^# v3 sync [0-9]+/" "$log")
 [[ $syncs -ge 5 ]] || fail "expected at least 5 syncs, saw $syncs"
 grep -E "^# v3 sync [0-9]+/" "$log" | grep -vq " 0 wrong" && fail "a sync had wrong elements"
-grep -qE "^  v3 +[0-9]+ .* 0 +-$" "$log" || fail "no v3 summary row with 0 wrong"
+grep -qE "^  v3 +[0-9]+ .* 0 +-( |$)" "$log" || fail "no v3 summary row with 0 wrong"
 [[ -s "$dir/out.json" ]] || fail "no JSON result"
 
 if [[ $mode == straggler ]]; then
@@ -136,6 +140,14 @@ kinds = [e["event"] for e in job["events"]]
 ok = kinds == ["replica_down", "rejoin"] and job["replicas_down"] == []
 r = rep["replacement"]
 ok = ok and r["rank"] == 5 and r["mismatches"] == 0 and len(r["syncs"]) >= 1
+if job["config"].get("delta"):
+    # The replacement holds nothing: its first sync is an anchor (every chunk whole), and the
+    # syncs after it are deltas again. (Its replica's other rank missed versions while the
+    # replica was down: without that anchor it refuses the next delta and the job fails.)
+    s = r["syncs"]
+    ok = ok and s[0]["delta_chunks"] > 0 and s[0]["delta_whole_chunks"] == s[0]["delta_chunks"]
+    ok = ok and len(s) >= 2 and all(x["delta_whole_chunks"] < x["delta_chunks"] for x in s[1:])
+    print("replacement's syncs (whole/chunks):", [(x["delta_whole_chunks"], x["delta_chunks"]) for x in s])
 sys.exit(0 if ok else 1)
 EOF
   echo "ok: replica 1 down at sync 3, rank 5 replaced and verified, every replica up through sync $syncs/$syncs"
