@@ -48,9 +48,10 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
                 "Skip verification (pure timing; never the default)");
   app->add_option("--update-density", o->engine.updates.density,
                   "Fraction of each tensor's elements (or rows, --update-pattern rows) whose synthetic "
-                  "value changes from one weights version to the next; the rest keep the value of the "
-                  "version at which they last changed, and verification checks every element against "
-                  "that. 1: every element changes every version")
+                  "value changes from one weights version to the next (each once every 1/D versions, at "
+                  "its own random phase); the rest keep the value of the version at which they last "
+                  "changed, and verification checks every element against that. 1: every element "
+                  "changes every version")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app->add_option("--update-pattern", o->engine.updates.clustered,

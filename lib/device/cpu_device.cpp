@@ -50,6 +50,11 @@ void fill_at_seed(uint8_t* p, uint64_t seed, int64_t first, int64_t n, int64_t e
 void synth_fill(void* dst, const SynthKey& key, int64_t first, int64_t n, int64_t elem_bytes) {
   auto* p = static_cast<uint8_t*>(dst);
   if (key.change_below == kEveryUnit) return fill_at_seed(p, key.seed, first, n, elem_bytes);
+  if (key.unit == 0 && elem_bytes == 2) {  // uniform, bf16 (most weights): element by element, inline
+    auto* q = reinterpret_cast<uint16_t*>(p);
+    for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_value(key, first + i, 2));
+    return;
+  }
   // Clustered: a unit's elements share their last change, looked up once a unit.
   for (int64_t i = 0; i < n;) {
     const int64_t e = first + i;

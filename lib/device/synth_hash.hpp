@@ -88,15 +88,18 @@ SHARDSYNC_HD uint32_t synth_element(uint64_t seed, int64_t elem, int64_t elem_by
 // How weights change from one version to the next (`--update-density`, issue 21): at each
 // version a fraction of each tensor's change units takes a new value and the rest keep theirs.
 // A unit is an element (uniform) or a run of `unit` consecutive elements (clustered: a row of
-// the tensor). Unit u of tensor t changes at version v >= 1 when
-// synth_bits(change_seed(t, v), u) < change_below (a fraction change_below / 2^32 of units);
-// its value at version v is that of version L, the last version <= v at which it changed
-// (0 when none did: every tensor starts at version 0). change_below == kEveryUnit: every
-// element changes at every version, L = v (the values of before issue 21, and the fast path).
+// the tensor). Each unit has a phase p in [0, 2^32) (a hash of tensor and unit); its counter
+// p + v * change_below crosses a multiple of 2^32 at the versions v where it changes, so it
+// changes once every 2^32 / change_below versions, and at each version a fraction
+// change_below / 2^32 of the units (those whose phase puts the crossing there) changes. Its
+// value at version v is that of version L, the last version <= v at which it changed (0 when
+// none did: every tensor starts at version 0); L is found in constant time. change_below ==
+// kEveryUnit: every element changes at every version, L = v (the values of before issue 21,
+// and the fast path).
 inline constexpr uint32_t kEveryUnit = 0xffffffffu;
 
-SHARDSYNC_HD uint64_t change_seed(int32_t hf, uint64_t version) {
-  return mix64((uint64_t(uint32_t(hf)) << 32) ^ (version * 0xd1b54a32d192ed03ULL) ^ 0xc4a6e5d1ULL);
+SHARDSYNC_HD uint64_t change_seed(int32_t hf) {
+  return mix64((uint64_t(uint32_t(hf)) << 32) ^ 0xd1b54a32d192ed03ULL);
 }
 
 // What fixes an element's value: its tensor, the version, and how the tensor changes. Built
@@ -121,13 +124,15 @@ SHARDSYNC_HD SynthKey synth_key(int32_t hf, uint64_t version, uint32_t change_be
   return k;
 }
 
-// The version whose value element `elem` holds at k.version (L above).
+// The version whose value element `elem` holds at k.version (L above). Versions below 2^32.
 SHARDSYNC_HD uint64_t last_change(const SynthKey& k, int64_t elem) {
   if (k.change_below == kEveryUnit) return k.version;
   const int64_t u = k.unit > 0 ? elem / k.unit : elem;
-  for (uint64_t v = k.version; v > 0; --v)
-    if (synth_bits(change_seed(k.hf, v), u) < k.change_below) return v;
-  return 0;
+  const uint64_t phase = synth_bits(change_seed(k.hf), u);
+  const uint64_t crossings = (phase + k.version * uint64_t(k.change_below)) >> 32;
+  if (crossings == 0) return 0;
+  // The first version whose counter reached crossings * 2^32 (change_below > 0 here).
+  return ((crossings << 32) - phase + k.change_below - 1) / k.change_below;
 }
 
 SHARDSYNC_HD uint32_t synth_value(const SynthKey& k, int64_t elem, int64_t elem_bytes) {

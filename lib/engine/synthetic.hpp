@@ -18,7 +18,8 @@ namespace shardsync {
 // How the synthetic weights change between versions (`--update-density`, synth_hash.hpp): a
 // fraction `density` of each tensor's elements (uniform), or of its rows (clustered: every
 // element of a row changes together; a 1-D tensor is one row), takes a new value at each
-// version. 1: every element at every version.
+// version, each element (row) once every 1 / density versions at its own random phase. 1:
+// every element at every version.
 struct UpdateModel {
   double density = 1.0;
   bool clustered = false;

@@ -57,6 +57,19 @@ TEST(Updates, UniformDensityChangesThatFractionAndKeepsTheRest) {
   }
 }
 
+// A unit changes once every 1 / density versions (here exactly 4), at its own phase.
+TEST(Updates, EachUnitChangesOnceEveryOneOverDensityVersions) {
+  const uint32_t quarter = uint32_t(1) << 30;
+  for (int64_t i = 0; i < 2000; ++i) {
+    std::vector<uint64_t> at;
+    for (uint64_t v = 1; v <= 40; ++v)
+      if (last_change(synth_key(4, v, quarter, 0), i) == v) at.push_back(v);
+    ASSERT_GE(at.size(), 9u) << "element " << i;
+    ASSERT_LE(at.front(), 4u) << "element " << i;
+    for (size_t j = 1; j < at.size(); ++j) ASSERT_EQ(at[j] - at[j - 1], 4u) << "element " << i;
+  }
+}
+
 // Clustered: a row's elements change together, and about `density` of the rows change.
 TEST(Updates, RowsChangeWhole) {
   const int64_t row = 384, rows = 2048;
