@@ -66,6 +66,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     return st;
   }
   const double t0 = now_s();
+  if (opt.delta) consumer_side.kept_bytes -= drop_other_engines(consumer_side.kept, int32_t(e));
 
   // Metadata: sent every sync, or once where the row caches requests on the trainer.
   const EngineSpec& spec = engine_spec(e);

@@ -78,6 +78,21 @@ struct KeptChunk {
   DeviceBuffer bytes;
   uint64_t version = 0;
 };
+using KeptChunks = std::map<std::array<int32_t, 4>, KeptChunk>;  // by (engine, unit, rank, chunk)
+// Frees the kept chunks of every engine but `engine` (a run switching engines keeps one copy);
+// returns the bytes freed. Both sides drop alike, so the next sync of another engine is whole.
+inline int64_t drop_other_engines(KeptChunks& kept, int32_t engine) {
+  int64_t freed = 0;
+  for (auto it = kept.begin(); it != kept.end();) {
+    if (it->first[0] == engine) {
+      ++it;
+      continue;
+    }
+    freed += it->second.bytes.size();
+    it = kept.erase(it);
+  }
+  return freed;
+}
 
 // What a trainer rank holds: its shards, the registered send buffer, its gather groups, the
 // schedule of each engine and the requests consumers sent. One registered allocation holds
@@ -92,7 +107,7 @@ struct TrainerSide {
   DeviceBuffer bcast_bucket;                                    // rank 0: broadcast's bucket, kept across syncs
   // --delta: each chunk as last sent, by (engine, unit, local rank, chunk), and per engine the
   // version of its last anchor (a sync that sent every chunk whole).
-  std::map<std::array<int32_t, 4>, KeptChunk> kept;
+  KeptChunks kept;
   std::map<int, uint64_t> last_anchor;
   int64_t kept_bytes = 0;
 };
@@ -116,7 +131,7 @@ struct ConsumerSide {
   BufferPool layerwise_pool;
   DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs
   // --delta: each chunk as last received, by (engine, unit, trainer, chunk).
-  std::map<std::array<int32_t, 4>, KeptChunk> kept;
+  KeptChunks kept;
   int64_t kept_bytes = 0;
   // An FP8 target (plan/quant.hpp, quantize.cpp): the quantized parameters, and the live FP8
   // weights in `fp8`: each one's e4m3fn codes and fp32 scales (byte offsets in it). The bf16

@@ -73,6 +73,7 @@ class Producer {
       anchor_ = last == m.trainer_side.last_anchor.end() || version - last->second >= uint64_t(m.opt.anchor_every) ||
                 m.rejoin.taken_now;
       if (anchor_) m.trainer_side.last_anchor[int(e)] = version;
+      m.trainer_side.kept_bytes -= drop_other_engines(m.trainer_side.kept, int32_t(e));
     }
     if (cache_.empty() || per_sync_requests_)
       cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
