@@ -231,6 +231,11 @@ TEST(Kernels, SynthAndVerifyMatchCpuTwins) {
   auto gpu = make_cuda_device(0);
   std::mt19937_64 rng(11);
   // zero: the padding's jobs (the loaders' zero_() entries), filled and checked as zeros.
+  // Keys: every element at version 3, and weights that change at a density (--update-density:
+  // 2% of the elements, or of rows of 7 elements, at their own phases) at version 9.
+  const SynthKey keys[] = {SynthKey(synth_seed(5, 3)), synth_key(5, 9, uint32_t(0.02 * 4294967296.0), 0),
+                           synth_key(5, 9, uint32_t(0.02 * 4294967296.0), 7)};
+  for (const SynthKey& key : keys)
   for (int32_t eb : {2, 4})
    for (bool zero : {false, true}) {
     std::vector<int64_t> shape;
@@ -240,14 +245,14 @@ TEST(Kernels, SynthAndVerifyMatchCpuTwins) {
     std::vector<uint8_t> cpu(size_t(hi * eb), 0x5a);
     DeviceBuffer dev(gpu.get(), hi * eb);
     gpu->from_host(dev.data(), cpu.data(), hi * eb);
-    SynthJob cj{cpu.data(), synth_seed(5, 3), d, eb, zero};
-    SynthJob gj{dev.data(), synth_seed(5, 3), d, eb, zero};
+    SynthJob cj{cpu.data(), key, d, eb, zero};
+    SynthJob gj{dev.data(), key, d, eb, zero};
     cpu_synth(cj);
     gpu->synth({gj});
     gpu->synchronize();
     std::vector<uint8_t> got(cpu.size());
     gpu->to_host(got.data(), dev.data(), hi * eb);
-    ASSERT_EQ(got, cpu);
+    ASSERT_EQ(got, cpu) << "key of version " << key.version << ", unit " << key.unit << ", eb " << eb;
     EXPECT_EQ(gpu->verify({gj}).mismatches, 0);
     // One flipped byte: one mismatch, found at the right element by both.
     int64_t victim = d.dst_offset;
