@@ -66,7 +66,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     return st;
   }
   const double t0 = now_s();
-  if (opt.delta) consumer_side.kept_bytes -= drop_other_engines(consumer_side.kept, int32_t(e));
+  if (opt.delta) consumer_side.kept.keep_only(int32_t(e));
 
   // Metadata: sent every sync, or once where the row caches requests on the trainer.
   const EngineSpec& spec = engine_spec(e);
@@ -145,15 +145,11 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     uint8_t* base = consumer_side.landing.data() + f.offset;
     if (opt.delta) {  // the record brings the kept chunk to this version; its pieces are placed from there
       PhaseTimer t(st.process_s);
-      KeptChunk& kept = consumer_side.kept[{int32_t(e), f.unit, int32_t(f.trainer), f.chunk}];
-      const bool have = kept.bytes.data() != nullptr || ch.bytes == 0;
-      if (!have) {
-        kept.bytes = DeviceBuffer(device.get(), ch.bytes);
-        consumer_side.kept_bytes += ch.bytes;
-      }
+      bool fresh = false;
+      KeptChunk& kept = consumer_side.kept.at({int32_t(e), f.unit, int32_t(f.trainer), f.chunk}, ch.bytes, device.get(), &fresh);
       DeltaRecord r;
       try {
-        r = delta_apply(base, f.bytes, kept.bytes.data(), ch.bytes, have, kept.version);
+        r = delta_apply(base, f.bytes, kept.bytes.data(), ch.bytes, !fresh, kept.version);
       } catch (const Error& x) {
         throw Error("consumer rank " + std::to_string(world.rank) + ", unit " + std::to_string(f.unit) + " chunk " +
                     std::to_string(f.chunk) + " from trainer rank " + std::to_string(f.trainer) + ": " + x.what());
@@ -317,7 +313,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   st.total_s = now_s() - t0;
   st.transfer_s = transfer.total();
   st.peak_staging_bytes = meter.peak();
-  st.delta_kept_bytes = consumer_side.kept_bytes;
+  st.delta_kept_bytes = consumer_side.kept.bytes();
   if (opt.verify) verify(version, st);
   return st;
 }

@@ -78,21 +78,31 @@ struct KeptChunk {
   DeviceBuffer bytes;
   uint64_t version = 0;
 };
-using KeptChunks = std::map<std::array<int32_t, 4>, KeptChunk>;  // by (engine, unit, rank, chunk)
-// Frees the kept chunks of every engine but `engine` (a run switching engines keeps one copy);
-// returns the bytes freed. Both sides drop alike, so the next sync of another engine is whole.
-inline int64_t drop_other_engines(KeptChunks& kept, int32_t engine) {
-  int64_t freed = 0;
-  for (auto it = kept.begin(); it != kept.end();) {
-    if (it->first[0] == engine) {
-      ++it;
-      continue;
-    }
-    freed += it->second.bytes.size();
-    it = kept.erase(it);
+// The chunks one side keeps, by (engine, unit, local rank or trainer, chunk).
+class KeptChunks {
+ public:
+  using Key = std::array<int32_t, 4>;
+  // The chunk at `key`, its `bytes` allocated on first use (*fresh: it was; nothing kept yet).
+  KeptChunk& at(const Key& key, int64_t bytes, Device* device, bool* fresh) {
+    KeptChunk& k = chunks_[key];
+    *fresh = k.bytes.data() == nullptr && bytes > 0;
+    if (*fresh) k.bytes = DeviceBuffer(device, bytes);
+    return k;
   }
-  return freed;
-}
+  // Frees the chunks of every engine but `engine` (a run switching engines keeps one copy).
+  // Both sides drop alike, so the next sync of another engine is whole.
+  void keep_only(int32_t engine) {
+    std::erase_if(chunks_, [&](const auto& kv) { return kv.first[0] != engine; });
+  }
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto& [key, k] : chunks_) b += k.bytes.size();
+    return b;
+  }
+
+ private:
+  std::map<Key, KeptChunk> chunks_;
+};
 
 // What a trainer rank holds: its shards, the registered send buffer, its gather groups, the
 // schedule of each engine and the requests consumers sent. One registered allocation holds
@@ -109,7 +119,6 @@ struct TrainerSide {
   // version of its last anchor (a sync that sent every chunk whole).
   KeptChunks kept;
   std::map<int, uint64_t> last_anchor;
-  int64_t kept_bytes = 0;
 };
 
 // What an inference rank holds: its plan, the registered receive buffer, the live weights
@@ -132,7 +141,6 @@ struct ConsumerSide {
   DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs
   // --delta: each chunk as last received, by (engine, unit, trainer, chunk).
   KeptChunks kept;
-  int64_t kept_bytes = 0;
   // An FP8 target (plan/quant.hpp, quantize.cpp): the quantized parameters, and the live FP8
   // weights in `fp8`: each one's e4m3fn codes and fp32 scales (byte offsets in it). The bf16
   // values land in `live` or a layerwise buffer as for any target; the process step quantizes.

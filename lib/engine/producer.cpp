@@ -73,7 +73,7 @@ class Producer {
       anchor_ = last == m.trainer_side.last_anchor.end() || version - last->second >= uint64_t(m.opt.anchor_every) ||
                 m.rejoin.taken_now;
       if (anchor_) m.trainer_side.last_anchor[int(e)] = version;
-      m.trainer_side.kept_bytes -= drop_other_engines(m.trainer_side.kept, int32_t(e));
+      m.trainer_side.kept.keep_only(int32_t(e));
     }
     if (cache_.empty() || per_sync_requests_)
       cache_.assign(size_t(num_units_), std::vector<std::optional<std::vector<ChunkPiece>>>(size_t(num_locals_)));
@@ -111,7 +111,7 @@ class Producer {
     stretch_sync_for_test(spec_.kind, t0);
     st_.total_s = now_s() - t0;
     st_.peak_staging_bytes = meter_.peak();
-    st_.delta_kept_bytes = m_.trainer_side.kept_bytes;
+    st_.delta_kept_bytes = m_.trainer_side.kept.bytes();
     return st_;
   }
 
@@ -422,6 +422,10 @@ class Producer {
     st_.pack_copies += int64_t(jobs.size());
     st_.chunks_packed += int64_t(round.size());
     const Fence packed = m_.device->fence(Lane::kMain);
+    if (m_.opt.delta) {
+      PhaseTimer t(st_.delta_detect_s);
+      m_.device->synchronize();  // the round's pack (and FP8 pieces' quantization) has landed
+    }
     for (int l : round) {
       LocalRankWork& lw = w.locals[size_t(l)];
       const Chunk& ch = lw.chunks[lw.next];
@@ -445,13 +449,9 @@ class Producer {
   // compared with the chunk as last sent, which then holds it. Returns the record's bytes.
   int64_t encode_delta(int32_t unit, int l, int32_t chunk, int64_t offset, int64_t chunk_bytes) {
     PhaseTimer t(st_.delta_detect_s);
-    m_.device->synchronize();  // the pack (and an FP8 piece's quantization) has landed
-    KeptChunk& kept = m_.trainer_side.kept[{int32_t(spec_.kind), unit, int32_t(l), chunk}];
-    const bool first = kept.bytes.data() == nullptr && chunk_bytes > 0;
-    if (first) {
-      kept.bytes = DeviceBuffer(m_.device.get(), chunk_bytes);
-      m_.trainer_side.kept_bytes += chunk_bytes;
-    }
+    bool first = false;
+    KeptChunk& kept = m_.trainer_side.kept.at({int32_t(spec_.kind), unit, int32_t(l), chunk}, chunk_bytes,
+                                              m_.device.get(), &first);
     DeltaRecord r = delta_encode(m_.trainer_side.send_buffer.data() + offset, chunk_bytes, kept.bytes.data(), kept.version,
                                  version_, anchor_ || first, delta_scratch_);
     kept.version = version_;
