@@ -15,6 +15,7 @@
 #include "device/device.hpp"
 #include "common/check.hpp"
 #include "copy_kernels.cuh"
+#include "delta_kernels.cuh"
 #include "fp8_kernels.cuh"
 
 namespace shardsync {
@@ -88,6 +89,7 @@ class CudaDevice : public Device {
     cudaDeviceSynchronize();
     for (auto e : events_) cudaEventDestroy(e);
     cudaFree(counters_);
+    if (delta_buf_) cudaFree(delta_buf_);
     cudaStreamDestroy(streams_[0]);
     cudaStreamDestroy(streams_[1]);
   }
@@ -216,6 +218,91 @@ class CudaDevice : public Device {
       r.first_index = int64_t(out[1] & ((1ull << 40) - 1));
     }
     return r;
+  }
+  // kernels/delta_kernels.cuh: four launches for the batch on the main stream (after its
+  // pack), then the records' sizes come back.
+  std::vector<DeltaRecord> delta_encode(const std::vector<DeltaEncodeJob>& jobs) override {
+    std::vector<DeltaRecord> out;
+    if (jobs.empty()) return out;
+    using kernels::DeltaEncJob;
+    using kernels::DeltaEncResult;
+    const size_t n = jobs.size();
+    auto up16 = [](int64_t b) { return (b + 15) & ~int64_t(15); };
+    // Device scratch: jobs, results, then per job its counts, ranks and record.
+    int64_t bytes = up16(int64_t(n * sizeof(DeltaEncJob))) + up16(int64_t(n * sizeof(DeltaEncResult)));
+    std::vector<DeltaEncJob> kj(n);
+    int64_t blocks = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const DeltaEncodeJob& j = jobs[i];
+      DeltaEncJob& k = kj[i];
+      k.fresh = j.record + kDeltaHeaderBytes;
+      k.kept = j.kept;
+      k.record = j.record;
+      k.chunk_bytes = j.chunk_bytes;
+      k.words = j.chunk_bytes / 2;
+      k.segs = (k.words + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
+      k.copy_segs = ((j.chunk_bytes + 1) / 2 + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
+      k.first_block = blocks;
+      k.base_version = j.base_version;
+      k.version = j.version;
+      k.whole = j.whole || j.kept == nullptr;
+      blocks += std::max<int64_t>(k.copy_segs, 1);
+      bytes += 2 * up16(4 * k.segs) + up16(kDeltaHeaderBytes + j.chunk_bytes);
+    }
+    if (blocks > int64_t(INT32_MAX)) throw Error("device kernels: a delta batch of more than 2^31 segments");
+    uint8_t* d = delta_scratch(bytes);
+    uint8_t* at = d + up16(int64_t(n * sizeof(DeltaEncJob)));
+    auto* results = reinterpret_cast<DeltaEncResult*>(at);
+    at += up16(int64_t(n * sizeof(DeltaEncResult)));
+    for (size_t i = 0; i < n; ++i) {
+      DeltaEncJob& k = kj[i];
+      k.before = reinterpret_cast<uint32_t*>(at);
+      at += up16(4 * k.segs);
+      k.seg_rank = reinterpret_cast<uint32_t*>(at);
+      at += up16(4 * k.segs);
+      k.scratch = at;
+      at += up16(kDeltaHeaderBytes + k.chunk_bytes);
+    }
+    cudaStream_t s = streams_[0];
+    auto* dj = reinterpret_cast<DeltaEncJob*>(d);
+    CUDA_CHECK(cudaMemcpyAsync(dj, kj.data(), n * sizeof(DeltaEncJob), cudaMemcpyHostToDevice, s));
+    kernels::delta_count_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n));
+    kernels::delta_scan_kernel<<<unsigned(n), 1024, 0, s>>>(dj, results);
+    kernels::delta_write_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n), results);
+    kernels::delta_copyback_kernel<<<dim3(64, unsigned(n)), 256, 0, s>>>(dj, results);
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<DeltaEncResult> r(n);
+    CUDA_CHECK(cudaMemcpyAsync(r.data(), results, n * sizeof(DeltaEncResult), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (const DeltaEncResult& x : r) out.push_back(DeltaRecord{x.bytes, x.index_bytes, x.changed_bytes, x.whole != 0});
+    return out;
+  }
+  DeltaRecord delta_apply(const DeltaApplyJob& j) override {
+    using kernels::DeltaCheck;
+    const int64_t words = j.chunk_bytes / 2;
+    const int64_t segs = (words + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
+    const int64_t copy_segs = ((j.chunk_bytes + 1) / 2 + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
+    uint8_t* d = delta_scratch(64 + 4 * std::max<int64_t>(segs, 1));
+    auto* chk = reinterpret_cast<DeltaCheck*>(d);
+    kernels::DeltaApplyK k;
+    k.record = j.record;
+    k.record_bytes = j.record_bytes;
+    k.kept = j.kept;
+    k.chunk_bytes = j.chunk_bytes;
+    k.have_kept = j.have_kept;
+    k.kept_version = j.kept_version;
+    k.seg_rank = reinterpret_cast<uint32_t*>(d + 64);
+    static_assert(sizeof(DeltaCheck) <= 64);
+    cudaStream_t s = streams_[0];
+    kernels::delta_check_kernel<<<1, 1024, 0, s>>>(k, chk);
+    if (copy_segs > 0) kernels::delta_apply_kernel<<<unsigned(copy_segs), kernels::kDeltaThreads, 0, s>>>(k, chk);
+    CUDA_CHECK(cudaGetLastError());
+    DeltaCheck c;
+    CUDA_CHECK(cudaMemcpyAsync(&c, chk, sizeof c, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (c.error != kernels::kDeltaOk) throw Error(delta_error(c, j));
+    if (c.whole) return DeltaRecord{j.record_bytes, kDeltaHeaderBytes, j.chunk_bytes, true};
+    return DeltaRecord{j.record_bytes, c.index, 2 * c.changed, false};
   }
   void to_host(void* dst, const uint8_t* src, int64_t bytes) override {
     CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
@@ -368,8 +455,49 @@ class CudaDevice : public Device {
     CUDA_CHECK(cudaGetLastError());
   }
 
+  // Device scratch for delta batches, grown as needed (steady-state syncs do not allocate).
+  uint8_t* delta_scratch(int64_t bytes) {
+    if (bytes > delta_bytes_) {
+      CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
+      if (delta_buf_) CUDA_CHECK(cudaFree(delta_buf_));
+      delta_buf_ = nullptr;
+      CUDA_CHECK(cudaMalloc(&delta_buf_, size_t(bytes)));
+      delta_bytes_ = bytes;
+    }
+    return static_cast<uint8_t*>(delta_buf_);
+  }
+  // The host codec's wording for what the check found (lib/device/delta.cpp).
+  static std::string delta_error(const kernels::DeltaCheck& c, const DeltaApplyJob& j) {
+    std::string head = "delta record of " + std::to_string(j.record_bytes) + " bytes for a chunk of " +
+                       std::to_string(j.chunk_bytes) + ": ";
+    switch (c.error) {
+      case kernels::kDeltaShort: return head + "shorter than its 32-byte header";
+      case kernels::kDeltaMagic: return head + "no DLT1 header (magic " + std::to_string(c.a) + ")";
+      case kernels::kDeltaWholeSize: return head + "a whole chunk must be header + chunk bytes";
+      case kernels::kDeltaFormat: return head + "format " + std::to_string(c.a) + " (expected 0, whole, or 1, delta)";
+      case kernels::kDeltaNoKept:
+        return head + "a delta on top of version " + std::to_string(c.a) +
+               " for a chunk this rank has never received (it needed the whole chunk, an anchor)";
+      case kernels::kDeltaVersion:
+        return head + "a delta on top of version " + std::to_string(c.a) + ", but this rank holds version " +
+               std::to_string(j.kept_version) + " of the chunk (it needed an anchor)";
+      case kernels::kDeltaWords:
+        return head + "header says " + std::to_string(c.a) + " words, the chunk has " + std::to_string(j.chunk_bytes / 2);
+      case kernels::kDeltaNoPrefix: return head + "shorter than its prefix counts (" + std::to_string(c.a) + " bytes)";
+      case kernels::kDeltaSegment: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its neighbours'";
+      case kernels::kDeltaSize:
+        return head + "header and prefix counts say " + std::to_string(c.a) + " bytes (" + std::to_string(c.b) +
+               " segments with a change)";
+      case kernels::kDeltaPastEnd: return head + "a changed word past the chunk's end";
+      case kernels::kDeltaBitmap: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its bitmap";
+      default: return head + "check error " + std::to_string(c.error);
+    }
+  }
+
   int gpu_;
   std::string name_;
+  void* delta_buf_ = nullptr;
+  int64_t delta_bytes_ = 0;
   cudaStream_t streams_[2]{};
   void* counters_ = nullptr;
   std::vector<cudaEvent_t> events_;

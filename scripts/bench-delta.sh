@@ -4,20 +4,21 @@
 # stretch of a shared machine falls on both), each run a separate job of the same layout.
 # Writes results/cpu/delta/<name>-{full,delta}-<k>.{json,txt} and <name>-summary.txt: per
 # engine the median sync time of each mode, their ratio, and the bytes moved against full.
-# Usage: scripts/bench-delta.sh NAME NP ROUNDS DENSITY [bench args...]   (BUILD=build)
+# Usage: scripts/bench-delta.sh NAME NP ROUNDS DENSITY [bench args...]
+#   (BUILD=build, OUT_DIR=results/cpu/delta, MPIRUN_ARGS: more mpirun flags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 4 ]] || { echo "usage: $0 NAME NP ROUNDS DENSITY [bench args...]" >&2; exit 2; }
 name="$1" np="$2" rounds="$3" density="$4"; shift 4
 ss="${BUILD:-build}/apps/shardsync"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out=results/cpu/delta
+out="${OUT_DIR:-results/cpu/delta}"
 mkdir -p "$out"
 for k in $(seq 1 "$rounds"); do
   for mode in full delta; do
     flags=(--update-density "$density")
     [[ $mode == delta ]] && flags+=(--delta)
-    cmd=(mpirun --oversubscribe -np "$np" "$ss" bench "$@" "${flags[@]}" --json "$out/$name-$mode-$k.json")
+    cmd=(mpirun --oversubscribe ${MPIRUN_ARGS:-} -np "$np" "$ss" bench "$@" "${flags[@]}" --json "$out/$name-$mode-$k.json")
     echo "== $name $mode $k/$rounds: ${cmd[*]}" >&2
     { echo "# command: ${cmd[*]}"; "${cmd[@]}" -q 2>&1 | grep -v "UCX  WARN"; } > "$out/$name-$mode-$k.txt"
   done

@@ -25,6 +25,11 @@ struct SimulateOptions {
   std::string compare;  // a bench result JSON to predict
   std::string json;
   std::string wire = "bf16";  // with an FP8 target: bf16 (receivers quantize) or fp8 (codes and scales sent)
+  bool dedupe_node = false, delta = false;
+  UpdateModel updates;
+  bool fewer_bytes = false;  // every pull engine full, deduped, delta, and both
+
+  SimBytes bytes() const { return SimBytes{wire == "fp8", dedupe_node, delta, updates}; }
 };
 
 struct Published {
@@ -45,7 +50,9 @@ nlohmann::json to_json(const SimResult& r) {
           {"bytes_moved", r.bytes_moved}, {"bytes_ib", r.bytes_ib},       {"bytes_nvlink", r.bytes_nvlink},
           {"aggregate_gbps", r.aggregate_gbps}, {"trainer_peak_bytes", r.trainer_peak_bytes},
           {"inference_peak_bytes", r.inference_peak_bytes}, {"sol_abs_s", r.sol_abs_s},
-          {"sol_pp_serial_s", r.sol_pp_serial_s}, {"tensors", r.tensors}, {"groups", r.groups}, {"pulls", r.pulls}};
+          {"sol_pp_serial_s", r.sol_pp_serial_s}, {"tensors", r.tensors}, {"groups", r.groups}, {"pulls", r.pulls},
+          {"bytes_full", r.bytes_full}, {"bytes_in_node", r.bytes_in_node}, {"node_ingress_max", r.node_ingress_max},
+          {"detect_s", r.detect_s}};
 }
 
 std::vector<EngineKind> every_engine() {
@@ -62,24 +69,29 @@ EngineKind engine_of(const std::string& name, const std::string& source, const s
 }
 
 std::vector<SimResult> simulate(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<EngineKind>& engines,
-                                int64_t bucket, bool fp8_wire = false) {
+                                int64_t bucket, const SimBytes& bytes = {}) {
   std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
-  Simulator sim(*s.model, *s.trainer, *s.inference, plans, cluster, fp8_wire);
+  Simulator sim(*s.model, *s.trainer, *s.inference, plans, cluster, bytes);
   std::vector<SimResult> out;
   for (EngineKind k : engines) out.push_back(sim.run(k, bucket));
   return out;
 }
 
+std::string setup_title(const ResolvedSetup& s, const ClusterSpec& cluster) {
+  Simulator probe(*s.model, *s.trainer, *s.inference, {}, cluster);
+  return "model " + s.model->name() + ", trainer " + s.trainer->layout().describe() + " on " +
+         std::to_string(probe.trainer_nodes()) + " nodes, inference " + s.inference->layout().describe() + " on " +
+         std::to_string(probe.inference_nodes()) + " nodes, cluster " + cluster.name;
+}
+
 void print_results(const ResolvedSetup& s, const ClusterSpec& cluster, const std::vector<SimResult>& rs,
-                   const std::string& wire = "bf16") {
+                   const SimBytes& bytes = {}) {
   Table t({{"engine", "", true}, {"time", "s"}, {"gather", "s"}, {"transfer", "s"}, {"overhead", "s"}, {"process", "s"},
            {"moved", "TB"}, {"ib", "TB"}, {"nvlink", "TB"}, {"agg_bw", "GB/s"}, {"tr_peak", "GB"}, {"inf_peak", "GB"},
            {"sol", "s"}, {"sol_pp", "s"}});
-  Simulator probe(*s.model, *s.trainer, *s.inference, {}, cluster);
-  t.add_title("simulated: model " + s.model->name() + ", trainer " + s.trainer->layout().describe() + " on " +
-              std::to_string(probe.trainer_nodes()) + " nodes, inference " + s.inference->layout().describe() + " on " +
-              std::to_string(probe.inference_nodes()) + " nodes, cluster " + cluster.name +
-              (s.inference->layout().quant != Quant::kNone ? ", wire " + wire : ""));
+  t.add_title("simulated: " + setup_title(s, cluster) +
+              (s.inference->layout().quant != Quant::kNone ? std::string(", wire ") + (bytes.fp8_wire ? "fp8" : "bf16") : "") +
+              (bytes.dedupe_node || bytes.delta ? ", bytes " + bytes.describe() : ""));
   for (const SimResult& r : rs)
     t.add_row({r.engine, fmt_fixed(r.total_s, 3), fmt_fixed(r.gather_s, 3), fmt_fixed(r.transfer_s, 3),
                fmt_fixed(r.overhead_s, 3), fmt_fixed(r.process_s, 3), fmt_fixed(double(r.bytes_moved) / 1e12, 3),
@@ -87,6 +99,46 @@ void print_results(const ResolvedSetup& s, const ClusterSpec& cluster, const std
                fmt_fixed(r.aggregate_gbps, 1), fmt_fixed(double(r.trainer_peak_bytes) / 1e9, 1),
                fmt_fixed(double(r.inference_peak_bytes) / 1e9, 1), fmt_fixed(r.sol_abs_s, 3), fmt_fixed(r.sol_pp_serial_s, 3)});
   t.print(std::cout);
+}
+
+// Every engine on the same setup with full syncs, node-level dedupe, delta at --update-density,
+// and both: time, bytes over the network, the busiest inference node's ingress, bytes copied
+// inside nodes.
+nlohmann::json fewer_bytes(const ResolvedSetup& s, const ClusterSpec& cluster, const SimulateOptions& o) {
+  const bool fp8 = o.wire == "fp8";
+  std::vector<SimBytes> variants = {SimBytes{fp8, false, false, o.updates}, SimBytes{fp8, true, false, o.updates}};
+  if (!fp8) {
+    variants.push_back(SimBytes{fp8, false, true, o.updates});
+    variants.push_back(SimBytes{fp8, true, true, o.updates});
+  }
+  const std::vector<EngineKind> engines = o.engines.empty() ? every_engine() : o.engines;
+  std::vector<std::vector<SimResult>> rs;
+  for (const SimBytes& v : variants) rs.push_back(simulate(s, cluster, engines, o.bucket_bytes, v));
+  Table t({{"engine", "", true}, {"bytes", "", true}, {"time", "s"}, {"vs_full", "x"}, {"moved", "TB"}, {"of_full", "%"},
+           {"node_in", "GB"}, {"in_node", "TB"}, {"detect", "s"}});
+  t.add_title("fewer bytes, simulated: " + setup_title(s, cluster) + (fp8 ? ", wire fp8" : "") +
+              "; delta: a sync between anchors, " + o.updates.describe() +
+              "; of_full: moved against the full row; node_in: the busiest inference node's bytes from other nodes");
+  nlohmann::json j;
+  j["title"] = setup_title(s, cluster);
+  j["updates"] = o.updates.describe();
+  for (size_t e = 0; e < engines.size(); ++e)
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const SimResult& r = rs[v][e];
+      const bool pull = engine_spec(engines[e]).delivery == Delivery::kPull;
+      if (!pull && v > 0) continue;  // the broadcast baseline sends every tensor whole to every rank
+      const double full = rs[0][e].total_s;
+      t.add_row({r.engine, pull ? variants[v].describe() : "full (not a pull engine)", fmt_fixed(r.total_s, 3),
+                 fmt_fixed(r.total_s > 0 ? full / r.total_s : 0, 2), fmt_fixed(double(r.bytes_moved) / 1e12, 3),
+                 fmt_fixed(rs[0][e].bytes_moved > 0 ? 100.0 * double(r.bytes_moved) / double(rs[0][e].bytes_moved) : 0, 1),
+                 fmt_fixed(double(r.node_ingress_max) / 1e9, 1), fmt_fixed(double(r.bytes_in_node) / 1e12, 3),
+                 fmt_fixed(r.detect_s, 3)});
+      nlohmann::json x = to_json(r);
+      x["bytes"] = variants[v].describe();
+      j["results"].push_back(x);
+    }
+  t.print(std::cout);
+  return j;
 }
 
 void run_simulate(const SimulateOptions& o) {
@@ -103,31 +155,52 @@ void run_simulate(const SimulateOptions& o) {
     lo.trainer = m.trainer;
     lo.inference = m.inference.substr(0, m.inference.find(' '));
     lo.replicas = m.replicas;
-    lo.quant = m.quant;  // an FP8 target measured with receivers quantizing (bf16 on the wire)
+    lo.quant = m.quant;
     ResolvedSetup s = resolve_setup(lo);
     std::vector<EngineKind> engines;
     for (const EngineResult& e : m.engines) engines.push_back(engine_of(e.engine, o.compare, "engines[].engine"));
-    auto rs = simulate(s, cluster, engines, m.bucket_bytes > 0 ? m.bucket_bytes : o.bucket_bytes);
-    print_results(s, cluster, rs);
-    Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}});
-    cmp.add_title("predicted (cluster " + cluster.name + ") vs measured (" + o.compare + ")");
+    // As the run sent its bytes: bf16 or FP8 on the wire, whole chunks or delta records under its
+    // update model (its timed syncs between anchors: the model is of a delta sync).
+    SimBytes bytes;
+    bytes.fp8_wire = m.wire == "fp8";
+    bytes.delta = m.delta;
+    bytes.updates = UpdateModel{m.update_density, m.update_rows};
+    auto rs = simulate(s, cluster, engines, m.bucket_bytes > 0 ? m.bucket_bytes : o.bucket_bytes, bytes);
+    print_results(s, cluster, rs, bytes);
+    Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}, {"moved_pred", "MB"},
+               {"moved_meas", "MB"}, {"moved_err", "%"}});
+    cmp.add_title("predicted (cluster " + cluster.name + ") vs measured (" + o.compare + "), bytes " + bytes.describe());
     for (size_t i = 0; i < rs.size(); ++i) {
       double measured = m.engines[i].time_avg_s;
       double err = 100.0 * (rs[i].total_s - measured) / measured;
-      cmp.add_row({rs[i].engine, fmt_fixed(rs[i].total_s, 4), fmt_fixed(measured, 4), fmt_fixed(err, 1)});
+      const nlohmann::json& sm = m.engines[i].summary;
+      const double moved = sm.contains("bytes_moved") && sm["bytes_moved"].is_number() ? sm["bytes_moved"].get<double>() : 0;
+      const double moved_err = moved > 0 ? 100.0 * (double(rs[i].bytes_moved) - moved) / moved : 0;
+      cmp.add_row({rs[i].engine, fmt_fixed(rs[i].total_s, 4), fmt_fixed(measured, 4), fmt_fixed(err, 1),
+                   fmt_fixed(double(rs[i].bytes_moved) / 1e6, 3), moved > 0 ? fmt_fixed(moved / 1e6, 3) : "-",
+                   moved > 0 ? fmt_fixed(moved_err, 1) : "-"});
       nlohmann::json x = to_json(rs[i]);
       x["measured_s"] = measured;
       x["error_pct"] = err;
+      if (moved > 0) {
+        x["measured_bytes_moved"] = moved;
+        x["bytes_moved_error_pct"] = moved_err;
+      }
       j["results"].push_back(x);
     }
     cmp.print(std::cout);
   } else if (!o.reproduce) {
     ResolvedSetup s = resolve_setup(o.setup);
-    auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes, o.wire == "fp8");
-    print_results(s, cluster, rs, o.wire);
-    j["quant"] = quant_name(s.inference->layout().quant);
-    j["wire"] = s.inference->layout().quant == Quant::kNone ? "bf16" : o.wire;
-    for (const auto& r : rs) j["results"].push_back(to_json(r));
+    if (o.fewer_bytes) {
+      j["fewer_bytes"].push_back(fewer_bytes(s, cluster, o));
+    } else {
+      auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes, o.bytes());
+      print_results(s, cluster, rs, o.bytes());
+      j["quant"] = quant_name(s.inference->layout().quant);
+      j["wire"] = s.inference->layout().quant == Quant::kNone ? "bf16" : o.wire;
+      j["bytes"] = o.bytes().describe();
+      for (const auto& r : rs) j["results"].push_back(to_json(r));
+    }
   } else {
     Table cmp({{"setup", "", true}, {"engine", "", true}, {"predicted", "s"}, {"published", "s"}, {"error", "%"}});
     cmp.add_title("predicted vs published (shared/reference/published-numbers.md), cluster " + cluster.name);
@@ -163,6 +236,15 @@ void run_simulate(const SimulateOptions& o) {
       }
     }
     cmp.print(std::cout);
+    if (o.fewer_bytes)
+      for (const char* layout : {"qwen3-235b-published", "kimi-k2-published"}) {
+        ModelLayoutOptions lo;
+        lo.layout = layout;
+        std::cout << "\n";
+        nlohmann::json x = fewer_bytes(resolve_setup(lo), cluster, o);
+        x["setup"] = layout;
+        j["fewer_bytes"].push_back(x);
+      }
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json);
@@ -189,6 +271,16 @@ void setup_simulate_command(CLI::App& app) {
                   "e4m3fn codes and fp32 scales, about half the bytes)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
+  sim->add_flag("--dedupe-node", o->dedupe_node,
+                "Pull engines: a piece several inference ranks of a node need crosses the network once and is copied "
+                "inside the node to the others");
+  sim->add_flag("--delta", o->delta,
+                "Pull engines: a sync between anchors, each chunk sent as what changed (the expected size of its "
+                "delta record under --update-density and --update-pattern)");
+  add_update_options(sim, &o->updates);
+  sim->add_flag("--fewer-bytes", o->fewer_bytes,
+                "Every engine full, with --dedupe-node, with --delta at --update-density, and with both, side by side "
+                "(with --reproduce: for both published setups)");
   sim->callback([o] { run_simulate(*o); });
 }
 

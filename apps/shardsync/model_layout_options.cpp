@@ -1,5 +1,7 @@
 #include "model_layout_options.hpp"
 
+#include <map>
+
 #include "common/error.hpp"
 #include "model/bundled.hpp"
 #include "plan/quant.hpp"
@@ -83,6 +85,22 @@ ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
   if (opts.world_size == 0) check_world(file_world, file_source, "field 'world_size'");
   check_world(opts.world_size, "--world-size", std::to_string(opts.world_size));
   return s;
+}
+
+void add_update_options(CLI::App* app, UpdateModel* updates) {
+  app->add_option("--update-density", updates->density,
+                  "Fraction of each tensor's elements (or rows, --update-pattern rows) whose synthetic "
+                  "value changes from one weights version to the next (each once every 1/D versions, at "
+                  "its own random phase); the rest keep the value of the version at which they last "
+                  "changed, and verification checks every element against that. 1: every element "
+                  "changes every version")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--update-pattern", updates->clustered,
+                  "How --update-density picks what changes: uniform (elements, independently) or rows "
+                  "(every element of a tensor's row together; a 1-D tensor is one row)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"uniform", false}, {"rows", true}}))
+      ->option_text("uniform|rows (default: uniform)");
 }
 
 void add_engine_option(CLI::App* app, std::vector<EngineKind>* engines, const std::vector<EngineKind>& defaults) {

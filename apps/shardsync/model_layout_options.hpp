@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/engine_table.hpp"
+#include "engine/update_model.hpp"
 #include "layout/inference.hpp"
 #include "layout/parse.hpp"
 #include "layout/trainer.hpp"
@@ -34,6 +35,10 @@ void add_layout_options(CLI::App* app, ModelLayoutOptions* opts);
 // --engine/-e: a comma list of engine table rows, parsed into kinds (choices and their
 // one-line summaries come from the table).
 void add_engine_option(CLI::App* app, std::vector<EngineKind>* engines, const std::vector<EngineKind>& defaults);
+
+// --update-density and --update-pattern: how the synthetic weights change between versions
+// (sync and bench run it; simulate models delta sync's records under it).
+void add_update_options(CLI::App* app, UpdateModel* updates);
 
 // The model and both placements, resolved and validated.
 struct ResolvedSetup {

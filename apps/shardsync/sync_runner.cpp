@@ -46,23 +46,11 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
       ->capture_default_str();
   app->add_flag("!--no-verify", o->engine.verify,
                 "Skip verification (pure timing; never the default)");
-  app->add_option("--update-density", o->engine.updates.density,
-                  "Fraction of each tensor's elements (or rows, --update-pattern rows) whose synthetic "
-                  "value changes from one weights version to the next (each once every 1/D versions, at "
-                  "its own random phase); the rest keep the value of the version at which they last "
-                  "changed, and verification checks every element against that. 1: every element "
-                  "changes every version")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app->add_option("--update-pattern", o->engine.updates.clustered,
-                  "How --update-density picks what changes: uniform (elements, independently) or rows "
-                  "(every element of a tensor's row together; a 1-D tensor is one row)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"uniform", false}, {"rows", true}}))
-      ->option_text("uniform|rows (default: uniform)");
+  add_update_options(app, &o->engine.updates);
   app->add_flag("--delta", o->engine.delta,
                 "Pull engines: each packed chunk travels as what changed since it was last sent (a bitmap of "
                 "changed 16-bit words and their values), compared by the trainer with its copy of the chunk as "
-                "last sent; every piece is packed. Host memory only");
+                "last sent; every piece is packed. Host or GPU memory (records built and applied on the device)");
   app->add_option("--anchor-every", o->engine.anchor_every,
                   "With --delta: every Nth sync of an engine sends every chunk whole (an anchor), as does "
                   "any sync a replacement rank joins at")

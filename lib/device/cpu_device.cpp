@@ -186,6 +186,18 @@ class CpuDevice : public Device {
   }
   void synchronize() override { bg_.drain(); }
   VerifyResult verify(const std::vector<SynthJob>& jobs) override { return cpu_verify(jobs); }
+  // The main lane is synchronous: the chunks are packed.
+  std::vector<DeltaRecord> delta_encode(const std::vector<DeltaEncodeJob>& jobs) override {
+    std::vector<DeltaRecord> out;
+    out.reserve(jobs.size());
+    for (const DeltaEncodeJob& j : jobs)
+      out.push_back(shardsync::delta_encode(j.record, j.chunk_bytes, j.kept, j.base_version, j.version, j.whole,
+                                            delta_scratch_));
+    return out;
+  }
+  DeltaRecord delta_apply(const DeltaApplyJob& j) override {
+    return shardsync::delta_apply(j.record, j.record_bytes, j.kept, j.chunk_bytes, j.have_kept, j.kept_version);
+  }
   void to_host(void* dst, const uint8_t* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void from_host(uint8_t* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, size_t(bytes)); }
   void* main_stream() override { return nullptr; }
@@ -211,6 +223,7 @@ class CpuDevice : public Device {
   int64_t submitted_ = 0;
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> together_{0};
+  std::vector<uint8_t> delta_scratch_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/view.hpp"
+#include "device/delta.hpp"
 #include "device/mem_kind.hpp"
 #include "device/synth_hash.hpp"
 
@@ -78,6 +79,14 @@ class Device {
   // Makes `lane` wait (on the device, not the host) for a fence of another lane.
   virtual void after(Lane lane, Fence f) = 0;
   virtual void synchronize() = 0;  // both lanes
+
+  // --delta (device/delta.hpp), synchronous, after everything queued on the main lane: each
+  // job's freshly packed chunk becomes its record (a delta against the kept copy, or whole), and
+  // the kept copy then holds the chunk.
+  virtual std::vector<DeltaRecord> delta_encode(const std::vector<DeltaEncodeJob>& jobs) = 0;
+  // Synchronous: brings the kept chunk to the record's version; throws Error naming the fault
+  // for a malformed record or one on top of another version.
+  virtual DeltaRecord delta_apply(const DeltaApplyJob& job) = 0;
 
   // Synchronous checks and host staging.
   virtual VerifyResult verify(const std::vector<SynthJob>& jobs) = 0;

@@ -149,7 +149,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       KeptChunk& kept = consumer_side.kept.at({int32_t(e), f.unit, int32_t(f.trainer), f.chunk}, ch.bytes, device.get(), &fresh);
       DeltaRecord r;
       try {
-        r = delta_apply(base, f.bytes, kept.bytes.data(), ch.bytes, !fresh, kept.version);
+        r = device->delta_apply(DeltaApplyJob{base, f.bytes, kept.bytes.data(), ch.bytes, !fresh, kept.version});
       } catch (const Error& x) {
         throw Error("consumer rank " + std::to_string(world.rank) + ", unit " + std::to_string(f.unit) + " chunk " +
                     std::to_string(f.chunk) + " from trainer rank " + std::to_string(f.trainer) + ": " + x.what());

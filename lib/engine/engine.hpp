@@ -51,10 +51,11 @@ struct SyncOptions {
   // packs them; inference ranks place them in the live FP8 weights. Off: bf16 on the wire,
   // inference ranks quantize (the process step). The broadcast baseline always sends bf16.
   bool wire_fp8 = false;
-  // Delta sync (engine/delta.hpp): pull engines send each packed chunk as what changed since it
+  // Delta sync (device/delta.hpp): pull engines send each packed chunk as what changed since it
   // was last sent (trainers and inference ranks keep the chunks as last sent / received; every
   // piece packed, none read in one pass). Every `anchor_every`-th sync of an engine, and any
-  // sync at which a replacement joined, sends every chunk whole (an anchor). Host memory only.
+  // sync at which a replacement joined, sends every chunk whole (an anchor). The device encodes
+  // and applies the records (Device::delta_encode, delta_apply), on host or GPU memory.
   bool delta = false;
   int anchor_every = 8;
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.

@@ -26,10 +26,6 @@ void SyncOptions::check_sizes() const {
   in_range("--chunk", chunk_bytes, 1 << 10, kTiB, "the largest packed chunk; capped at half of each buffer");
   in_range("--bucket", bucket_bytes, 4 << 10, kTiB, "the broadcast bucket");
   in_range("--min-get", min_get_bytes, 0, kTiB, "pieces smaller than this stay packed");
-  if (delta && memory == MemKind::kCuda)
-    throw InputError("--delta", "--memory cuda",
-                     "delta sync runs on host memory in this build (the device's record encoder and decoder are not "
-                     "written yet)");
   if (anchor_every < 1) throw InputError("--anchor-every", std::to_string(anchor_every), "expected 1 or more syncs");
 }
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "engine/collectives.hpp"
-#include "engine/delta.hpp"
+#include "device/delta.hpp"
 #include "device/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/gather.hpp"

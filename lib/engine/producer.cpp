@@ -422,16 +422,14 @@ class Producer {
     st_.pack_copies += int64_t(jobs.size());
     st_.chunks_packed += int64_t(round.size());
     const Fence packed = m_.device->fence(Lane::kMain);
-    if (m_.opt.delta) {
-      PhaseTimer t(st_.delta_detect_s);
-      m_.device->synchronize();  // the round's pack (and FP8 pieces' quantization) has landed
-    }
-    for (int l : round) {
+    const std::vector<DeltaRecord> records = m_.opt.delta ? encode_delta(w, round) : std::vector<DeltaRecord>{};
+    for (size_t i = 0; i < round.size(); ++i) {
+      const int l = round[i];
       LocalRankWork& lw = w.locals[size_t(l)];
       const Chunk& ch = lw.chunks[lw.next];
       std::vector<int> consumers = m_.consumers_of_local(l);
       PackedChunk& pc = lw.packed[lw.next];
-      const int64_t bytes = m_.opt.delta ? encode_delta(w.unit, l, int32_t(lw.next), pc.offset, ch.bytes) : ch.bytes;
+      const int64_t bytes = m_.opt.delta ? records[i].bytes : ch.bytes;
       pc = PackedChunk{pc.offset, bytes, pc.held, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
       for (int c : consumers)
         if (!peers_.owed[c]++ && !peers_.last_heard.count(c)) peers_.last_heard[c] = now_s();
@@ -445,17 +443,25 @@ class Producer {
   // Send-buffer bytes a chunk takes: the chunk, or with --delta its record's capacity.
   int64_t held_bytes(const Chunk& ch) const { return m_.opt.delta ? delta_record_capacity(ch.bytes) : ch.bytes; }
 
-  // --delta: the chunk just packed (after the record's header at `offset`) becomes its record:
-  // compared with the chunk as last sent, which then holds it. Returns the record's bytes.
-  int64_t encode_delta(int32_t unit, int l, int32_t chunk, int64_t offset, int64_t chunk_bytes) {
+  // --delta: the round's chunks just packed (each after its record's header) become their records,
+  // compared with the chunks as last sent, which then hold them (one device call for the round).
+  std::vector<DeltaRecord> encode_delta(const UnitWork& w, const std::vector<int>& round) {
     PhaseTimer t(st_.delta_detect_s);
-    bool first = false;
-    KeptChunk& kept = m_.trainer_side.kept.at({int32_t(spec_.kind), unit, int32_t(l), chunk}, chunk_bytes,
-                                              m_.device.get(), &first);
-    DeltaRecord r = delta_encode(m_.trainer_side.send_buffer.data() + offset, chunk_bytes, kept.bytes.data(), kept.version,
-                                 version_, anchor_ || first, delta_scratch_);
-    kept.version = version_;
-    return r.bytes;
+    std::vector<DeltaEncodeJob> jobs;
+    std::vector<KeptChunk*> kept;
+    for (int l : round) {
+      const LocalRankWork& lw = w.locals[size_t(l)];
+      const int64_t chunk_bytes = lw.chunks[lw.next].bytes;
+      bool first = false;
+      KeptChunk& k = m_.trainer_side.kept.at({int32_t(spec_.kind), w.unit, int32_t(l), int32_t(lw.next)}, chunk_bytes,
+                                             m_.device.get(), &first);
+      jobs.push_back(DeltaEncodeJob{m_.trainer_side.send_buffer.data() + lw.packed[lw.next].offset, chunk_bytes,
+                                    k.bytes.data(), k.version, version_, anchor_ || first});
+      kept.push_back(&k);
+    }
+    std::vector<DeltaRecord> records = m_.device->delta_encode(jobs);
+    for (KeptChunk* k : kept) k->version = version_;
+    return records;
   }
 
   void release_chunk(PackedChunk& pc) {
@@ -500,7 +506,6 @@ class Producer {
   Liveness peers_;
   std::map<int, int64_t> direct_waiting_;  // consumers reading this rank's weights in one pass: their bytes
   bool anchor_ = false;                    // --delta: every chunk goes whole this sync
-  std::vector<uint8_t> delta_scratch_;
 };
 
 }  // namespace

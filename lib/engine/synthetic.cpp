@@ -44,20 +44,6 @@ TrainerShards::TrainerShards(const ModelSpec& model, const TrainerPlacement& tra
   }
 }
 
-uint32_t UpdateModel::change_below() const {
-  if (every_element()) return kEveryUnit;
-  if (!(density > 0.0)) return 0;
-  return uint32_t(std::min<int64_t>(std::llround(std::ldexp(density, 32)), int64_t(kEveryUnit) - 1));
-}
-
-std::string UpdateModel::describe() const {
-  if (every_element()) return "every element changes at every version";
-  char b[128];
-  std::snprintf(b, sizeof b, "%.4g%% of %s change at each version", 100.0 * density,
-                clustered ? "each tensor's rows (clustered)" : "each tensor's elements (uniform)");
-  return b;
-}
-
 SynthKey weight_key(const ModelSpec& model, int32_t hf, uint64_t version, const UpdateModel& updates) {
   const std::vector<int64_t>& shape = model.param(hf).shape;
   const int64_t unit = updates.clustered && !shape.empty() ? shape.back() : 0;

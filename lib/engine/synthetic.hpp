@@ -11,22 +11,11 @@
 #include "layout/trainer.hpp"
 #include "device/device.hpp"
 #include "device/synth_hash.hpp"
+#include "engine/update_model.hpp"
 #include "model/catalog.hpp"
 
 namespace shardsync {
 
-// How the synthetic weights change between versions (`--update-density`, synth_hash.hpp): a
-// fraction `density` of each tensor's elements (uniform), or of its rows (clustered: every
-// element of a row changes together; a 1-D tensor is one row), takes a new value at each
-// version, each element (row) once every 1 / density versions at its own random phase. 1:
-// every element at every version.
-struct UpdateModel {
-  double density = 1.0;
-  bool clustered = false;
-  bool every_element() const { return density >= 1.0; }
-  uint32_t change_below() const;  // synth_hash.hpp's threshold for `density`
-  std::string describe() const;   // "every element changes at every version", "2% of rows ..."
-};
 // The key of HF tensor `hf`'s values at `version` under `updates`.
 SynthKey weight_key(const ModelSpec& model, int32_t hf, uint64_t version, const UpdateModel& updates);
 

@@ -41,6 +41,13 @@ ResultFile read_result_file(const std::string& path) {
     r.quant = cfg.get_string_or("quant", "none");
     r.ranks = int(cfg.get_int_or("ranks", 0));
     r.bucket_bytes = cfg.get_int_or("bucket_bytes", 0);
+    r.wire = cfg.get_string_or("wire", "bf16");
+    r.delta = cfg.get_bool_or("delta", false);
+    r.update_density = number_or(cfg.raw(), "update_density", 1.0, path, "config.update_density");
+    const std::string pattern = cfg.get_string_or("update_pattern", "uniform");
+    if (pattern != "uniform" && pattern != "rows")
+      cfg.fail("update_pattern", "expected \"uniform\" or \"rows\"");
+    r.update_rows = pattern == "rows";
     r.memory = top.get_string_or("memory", "?");
     r.link_gbps = number_or(j, "link_gbps", 0, path, "link_gbps");
     if (!j["engines"].is_array()) top.fail("engines", "expected the list of engine results");

@@ -24,6 +24,10 @@ struct ResultFile {
   std::string quant = "none";                 // config.quant (an FP8 target: fp8-block128)
   int replicas = 1, ranks = 0;                // config.replicas, config.ranks
   int64_t bucket_bytes = 0;                   // config.bucket_bytes (0 if absent)
+  std::string wire = "bf16";                  // config.wire
+  bool delta = false;                         // config.delta (absent: false)
+  double update_density = 1.0;                // config.update_density (absent: 1)
+  bool update_rows = false;                   // config.update_pattern == "rows"
   std::string memory = "?";                   // memory
   double link_gbps = 0;                       // link_gbps (0: not measured)
   std::vector<EngineResult> engines;          // in run order

@@ -1,10 +1,13 @@
 #include "sim/simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "common/error.hpp"
+#include "device/delta.hpp"
 #include "plan/quant.hpp"
 
 namespace shardsync {
@@ -16,23 +19,62 @@ bool is_expert(TensorKind k) {
          k == TensorKind::kFusedExpertsGateUp || k == TensorKind::kFusedExpertsDown;
 }
 
+// The elements a pull's wire order visits in a row before it jumps: the innermost loop's length
+// when it reads consecutive source elements, else 1 (a transposing copy).
+int64_t contiguous_run(const CopyDesc& c) {
+  if (c.dims.empty()) return std::max<int64_t>(1, c.numel);
+  return c.dims.back().src_stride == 1 ? c.dims.back().size : 1;
+}
+
 }  // namespace
 
+std::string SimBytes::describe() const {
+  std::string d;
+  if (dedupe_node) d = "dedupe-node";
+  if (delta) {
+    char b[96];
+    std::snprintf(b, sizeof b, "delta %.4g%% %s", 100.0 * std::min(1.0, updates.density),
+                  updates.clustered ? "rows" : "uniform");
+    d += (d.empty() ? "" : " + ") + std::string(b);
+  }
+  return d.empty() ? "full" : d;
+}
+
+double expected_delta_bytes(double bytes, int64_t elem_bytes, int64_t run, int64_t row, const UpdateModel& updates) {
+  if (bytes <= 0) return 0;
+  const double density = std::clamp(updates.density, 0.0, 1.0);
+  const double segment = double(kDeltaSegmentWords) * 2.0;  // bytes
+  // Change units a segment touches: a unit is an element (uniform) or a row (clustered), and the
+  // wire order runs over `run` elements of one row at a time.
+  const double per_segment = segment / double(std::max<int64_t>(1, elem_bytes));
+  const double unit = updates.clustered ? double(std::max<int64_t>(1, std::min(run, row))) : 1.0;
+  const double units = 1.0 + (per_segment - 1.0) / unit;
+  const double p_segment = 1.0 - std::pow(1.0 - density, units);
+  const double fraction = 4.0 / segment + p_segment * double(kDeltaSegmentWords / 8) / segment + density;
+  return std::min(bytes, bytes * fraction);
+}
+
 Simulator::Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
-                     const std::vector<RankPlan>& plans, const ClusterSpec& cluster, bool fp8_wire)
-    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster), fp8_wire_(fp8_wire) {
-  if (fp8_wire && inference.layout().quant != Quant::kFp8Block128)
+                     const std::vector<RankPlan>& plans, const ClusterSpec& cluster, const SimBytes& bytes)
+    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster), bytes_(bytes) {
+  if (bytes.fp8_wire && inference.layout().quant != Quant::kFp8Block128)
     throw InputError("--wire", "fp8", "FP8 on the wire needs an FP8 target (--quant fp8-block128)");
+  if (bytes.fp8_wire && bytes.delta)
+    throw InputError("--delta", "--wire fp8",
+                     "the delta model is for bf16 on the wire (a changed weight can change its whole FP8 block: "
+                     "the codes' changes are not modelled)");
+  if (bytes.delta && !(bytes.updates.density >= 0.0))
+    throw InputError("--update-density", std::to_string(bytes.updates.density), "expected a fraction in [0, 1]");
 }
 
 int64_t Simulator::wire_bytes(const ParamMeta& p, int64_t n) const {
-  return fp8_wire_ && fp8_quantized_hf(p) ? fp8_wire_bytes(n) : n * dtype_bytes(p.dtype);
+  return bytes_.fp8_wire && fp8_quantized_hf(p) ? fp8_wire_bytes(n) : n * dtype_bytes(p.dtype);
 }
 
-double Simulator::process_factor() const { return fp8_wire_ ? 1.0 : 2.0; }
+double Simulator::process_factor() const { return bytes_.fp8_wire ? 1.0 : 2.0; }
 
 double Simulator::quantize_pass_s() const {
-  if (inference_.layout().quant == Quant::kNone || fp8_wire_) return 0;
+  if (inference_.layout().quant == Quant::kNone || bytes_.fp8_wire) return 0;
   int64_t share = 0;
   for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
   return 1.5 * double(share) / (cluster_.hbm_gbps * 1e9);
@@ -55,14 +97,82 @@ std::vector<std::vector<Simulator::Flow>> Simulator::flows(SourcePolicy policy) 
   std::vector<std::vector<Flow>> out(model_.params().size());
   Routes routes = route_plans(model_, trainer_, plans_, inference_.layout().replicas, policy);
   const int per = inference_.layout().ranks_per_replica();
-  for (const RankPlan& p : plans_)
+  // Dedupe: a piece is the same for two ranks when its entry reads the same elements of the HF
+  // tensor in the same order and it is the same piece of that entry (routes cut equal entries
+  // alike). Key: (entry's source side, piece ordinal, piece size) -> an id.
+  using SourceKey = std::tuple<int32_t, int64_t, int64_t, std::vector<std::pair<int64_t, int64_t>>, int, int64_t>;
+  std::map<SourceKey, int64_t> ids;
+  struct Piece {
+    int32_t hf;
+    int64_t id;
+    Flow flow;
+  };
+  std::vector<Piece> pieces;
+  for (const RankPlan& p : plans_) {
+    int32_t last_entry = -1;
+    int ordinal = 0;
     for (const Pull& pull : routes.pulls[size_t(p.local_rank)]) {
       const PlanEntry& e = p.entries[size_t(pull.entry)];
-      int64_t bytes = wire_bytes(model_.param(e.hf_param), pull.copy.numel);
-      for (int rep = 0; rep < inference_.layout().replicas; ++rep)
-        out[size_t(e.hf_param)].push_back(Flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes});
+      ordinal = pull.entry == last_entry ? ordinal + 1 : 0;
+      last_entry = pull.entry;
+      const ParamMeta& meta = model_.param(e.hf_param);
+      const int64_t full = wire_bytes(meta, pull.copy.numel);
+      int64_t bytes = full;
+      if (bytes_.delta)
+        bytes = std::llround(expected_delta_bytes(double(full), dtype_bytes(meta.dtype), contiguous_run(pull.copy),
+                                                  meta.shape.empty() ? 1 : meta.shape.back(), bytes_.updates));
+      int64_t id = -1;
+      if (bytes_.dedupe_node) {
+        std::vector<std::pair<int64_t, int64_t>> dims;
+        for (const CopyDim& d : e.copy.dims) dims.emplace_back(d.size, d.src_stride);
+        SourceKey key{e.hf_param, e.copy.src_offset, e.copy.numel, std::move(dims), ordinal, pull.copy.numel};
+        id = ids.emplace(std::move(key), int64_t(ids.size())).first->second;
+      }
+      for (int rep = 0; rep < inference_.layout().replicas; ++rep) {
+        const Flow flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes, full};
+        if (bytes_.dedupe_node) pieces.push_back(Piece{e.hf_param, id, flow});
+        else out[size_t(e.hf_param)].push_back(flow);
+      }
     }
+  }
+  if (!bytes_.dedupe_node) return out;
+  // Per (node, piece): the rank among those that need it with the fewest network bytes so far
+  // pulls it; the others copy it from that rank inside the node. Pieces in HF tensor order.
+  std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.hf < b.hf; });
+  std::map<int, int64_t> pulled;  // GPU -> network bytes so far
+  size_t i = 0;
+  while (i < pieces.size()) {
+    size_t j = i;
+    while (j < pieces.size() && pieces[j].hf == pieces[i].hf) ++j;
+    std::map<std::pair<int, int64_t>, std::vector<size_t>> needers;  // (node, piece id) -> pieces
+    for (size_t k = i; k < j; ++k) needers[{node_of(pieces[k].flow.dst), pieces[k].id}].push_back(k);
+    for (auto& [where, ks] : needers) {
+      size_t puller = ks.front();
+      for (size_t k : ks)
+        if (pulled[pieces[k].flow.dst] < pulled[pieces[puller].flow.dst]) puller = k;
+      const Flow& net = pieces[puller].flow;
+      pulled[net.dst] += net.bytes;
+      out[size_t(pieces[puller].hf)].push_back(net);
+      for (size_t k : ks)
+        if (k != puller) out[size_t(pieces[k].hf)].push_back(Flow{net.dst, pieces[k].flow.dst, net.bytes, net.full, true});
+    }
+    i = j;
+  }
   return out;
+}
+
+double Simulator::detect_time(const std::vector<std::vector<Flow>>& f, int32_t first, int32_t count) const {
+  if (!bytes_.delta) return 0;
+  // A trainer packs each of its chunks once for every replica: its distinct bytes are those of
+  // one replica's flows.
+  const int per = inference_.layout().ranks_per_replica();
+  std::map<int, double> packed;
+  for (int32_t t = first; t < first + count; ++t)
+    for (const Flow& x : f[size_t(t)])
+      if (!x.shared && x.dst < inference_gpu(per)) packed[x.src] += double(x.full);
+  double busiest = 0;
+  for (auto& [gpu, b] : packed) busiest = std::max(busiest, b);
+  return 2.0 * busiest / (cluster_.hbm_gbps * 1e9);
 }
 
 // The busiest endpoint bounds a phase: every flow loads its source's and destination's NIC
@@ -228,6 +338,7 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
     int64_t per_rank = 0;
     for (const ParamMeta& p : model_.params()) per_rank += wire_bytes(p, p.numel());
     r.bytes_moved = per_rank * inference_.world_size();
+    r.bytes_full = r.bytes_moved;
     (receivers_off_node > 0 ? r.bytes_ib : r.bytes_nvlink) += r.bytes_moved;
     // The root packs each bucket, and every inference rank replays its plan on the full
     // tensors: device copies (read + write) of the model and of the rank's share.
@@ -244,6 +355,8 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
     // pull wait for its tensor; cached ones (V2) let the pulls overlap the iterator.
     const bool overlap = engine.cache_requests && c.v2_overlap;
     std::vector<Flow> all;
+    r.detect_s = detect_time(f, 0, int32_t(num_tensors));
+    r.overhead_s += r.detect_s;
     for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
       r.overhead_s += c.iterator_tensor_us * 1e-6;
       r.gather_s += policy == SourcePolicy::kEverywhere
@@ -285,6 +398,10 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
           gather += tp_gather(t);
           flows_g.insert(flows_g.end(), f[size_t(t)].begin(), f[size_t(t)].end());
         }
+        // Delta: the group's chunks are compared with the kept ones as they are packed.
+        const double detect = detect_time(f, wg.first_param, wg.num_params);
+        r.detect_s += detect;
+        gather += detect;
         double pull = phase_time(flows_g, &r.bytes_nvlink, &r.bytes_ib);
         double replay = double(wg.num_params) * c.v3_tensor_us * 1e-6;
         r.gather_s += gather;
@@ -312,9 +429,27 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   const double quantize = quantize_pass_s();
   r.process_s += quantize;
   r.total_s += quantize;
-  if (engine.delivery == Delivery::kPull)
+  if (engine.delivery == Delivery::kPull) {
+    std::map<int, int64_t> node_in;
     for (const auto& x : f)
-      for (const Flow& y : x) r.bytes_moved += y.bytes;
+      for (const Flow& y : x) {
+        if (y.shared) {
+          r.bytes_in_node += y.bytes;
+          continue;
+        }
+        r.bytes_moved += y.bytes;
+        r.bytes_full += y.full;
+        if (node_of(y.src) != node_of(y.dst)) node_in[node_of(y.dst)] += y.bytes;
+      }
+    for (auto& [node, b] : node_in) r.node_ingress_max = std::max(r.node_ingress_max, b);
+  } else {
+    // Every inference rank takes the whole model from rank 0.
+    std::map<int, int64_t> node_in;
+    int64_t per_rank = r.bytes_moved / std::max(1, inference_.world_size());
+    for (int i = 0; i < inference_.world_size(); ++i)
+      if (node_of(inference_gpu(i)) != node_of(0)) node_in[node_of(inference_gpu(i))] += per_rank;
+    for (auto& [node, b] : node_in) r.node_ingress_max = std::max(r.node_ingress_max, b);
+  }
   r.aggregate_gbps = r.total_s > 0 ? double(r.bytes_moved) / r.total_s / 1e9 : 0;
   speed_of_light(r, f);
   return r;

@@ -11,15 +11,44 @@
 #include <vector>
 
 #include "engine/engine_table.hpp"
+#include "engine/update_model.hpp"
 #include "sim/cluster.hpp"
 
 namespace shardsync {
+
+// What the simulated pull engines send (the broadcast baseline always sends every tensor whole).
+struct SimBytes {
+  // FP8 target only: trainers send e4m3fn codes and fp32 scales (fp8_wire_bytes).
+  bool fp8_wire = false;
+  // --dedupe-node: a piece that several inference ranks of one node need identically (same HF
+  // tensor, same elements, same order) crosses the network once, to the rank of those with the
+  // fewest network bytes so far, and is copied from there to the others inside the node.
+  bool dedupe_node = false;
+  // --delta: a sync between anchors, each chunk sent as device/delta.hpp's record of what changed
+  // under `updates` (its expected size: the index plus the changed words), and trainers compare
+  // every packed byte with their kept copy (two reads at device memory speed).
+  bool delta = false;
+  UpdateModel updates;
+  std::string describe() const;  // "full", "dedupe-node", "delta 2% uniform", "dedupe-node + delta ..."
+};
+
+// The expected bytes of a delta record for `bytes` of a pull whose wire order visits contiguous
+// source runs of `run` elements of `elem_bytes` each, of a tensor whose rows hold `row`
+// elements, under `updates` (device/delta.hpp's format: 4 bytes of prefix count per 2 KiB
+// segment, a 128-byte bitmap per segment with a change, the changed 16-bit words). At most
+// `bytes`: a record that would not be smaller goes whole. A model, not a count: the engine's
+// records depend on where chunk boundaries fall and which units change at a version.
+double expected_delta_bytes(double bytes, int64_t elem_bytes, int64_t run, int64_t row, const UpdateModel& updates);
 
 struct SimResult {
   std::string engine;
   double total_s = 0;
   double gather_s = 0, transfer_s = 0, overhead_s = 0, process_s = 0;  // parts (overlapping in V3)
-  int64_t bytes_moved = 0;     // bytes received by inference ranks
+  int64_t bytes_moved = 0;     // bytes received by inference ranks from trainers
+  int64_t bytes_full = 0;      // the same as whole chunks (bytes_moved without delta; broadcast: = bytes_moved)
+  int64_t bytes_in_node = 0;   // dedupe: bytes copied from a node's puller to its other ranks
+  int64_t node_ingress_max = 0;  // the busiest inference node's bytes from other nodes
+  double detect_s = 0;         // delta: trainers' change detection (inside gather_s)
   int64_t bytes_nvlink = 0, bytes_ib = 0;  // by link class, gathers and transfers
   double aggregate_gbps = 0;
   int64_t trainer_peak_bytes = 0, inference_peak_bytes = 0;
@@ -36,7 +65,7 @@ class Simulator {
   // written); fp8_wire: the trainer sends codes and scales instead (fp8_wire_bytes) and the
   // process step places them.
   Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
-            const std::vector<RankPlan>& plans, const ClusterSpec& cluster, bool fp8_wire = false);
+            const std::vector<RankPlan>& plans, const ClusterSpec& cluster, const SimBytes& bytes = {});
   // Throws Error naming the row when the table gives it no schedule model.
   SimResult run(const EngineSpec& engine, int64_t bucket_bytes = int64_t(1) << 30) const;
   SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const {
@@ -49,12 +78,17 @@ class Simulator {
   struct Flow {
     int src, dst;  // GPU ids
     int64_t bytes;
+    int64_t full = 0;     // the bytes as a whole chunk (= bytes without delta)
+    bool shared = false;  // dedupe: a copy inside a node from the rank that pulled it
   };
   int node_of(int gpu) const { return gpu / cluster_.gpus_per_node; }
   int trainer_gpu(int rank) const { return rank; }
   int inference_gpu(int rank) const;
-  // Per HF tensor: the pulls of every inference rank under a source policy.
+  // Per HF tensor: the pulls of every inference rank under a source policy, with delta's
+  // expected record bytes and dedupe's node-internal copies when asked for.
   std::vector<std::vector<Flow>> flows(SourcePolicy policy) const;
+  // Delta: the slowest trainer's change detection for `tensors`' flows (its distinct packed bytes).
+  double detect_time(const std::vector<std::vector<Flow>>& f, int32_t first, int32_t count) const;
   double phase_time(const std::vector<Flow>& flows, int64_t* nvlink, int64_t* ib) const;
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
@@ -74,7 +108,7 @@ class Simulator {
   const InferencePlacement& inference_;
   const std::vector<RankPlan>& plans_;
   ClusterSpec cluster_;
-  bool fp8_wire_ = false;
+  SimBytes bytes_;
 };
 
 }  // namespace shardsync

@@ -1,4 +1,4 @@
-// Delta records (engine/delta.hpp): the trainer's encoding of a freshly packed chunk against
+// Delta records (device/delta.hpp): the trainer's encoding of a freshly packed chunk against
 // the chunk as last sent, and the inference rank's application of it to the chunk as last
 // received, bring both copies to the fresh chunk at any density; what a record costs; and
 // that a record the receiver cannot apply is refused with the reason, never applied.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "engine/delta.hpp"
+#include "device/delta.hpp"
 
 namespace shardsync {
 namespace {

@@ -8,7 +8,9 @@
 #include <random>
 
 #include "device/device.hpp"
+#include "device/delta.hpp"
 #include "device/fp8.hpp"
+#include "common/error.hpp"
 #include "engine/synthetic.hpp"
 #include "tensor/ops.hpp"
 
@@ -290,6 +292,97 @@ TEST(Kernels, CpuTwinSynthMatchesFillOnEveryElement) {
 // (the register path), partial edge blocks and an odd row stride (the element path), over
 // random bf16 bit patterns of every exponent and a matrix of edge cases (a zero block, Inf,
 // NaN, bf16 subnormals, values on ties once scaled).
+// Delta records (device/delta.hpp) on the GPU against the host codec, byte for byte: chunks of
+// odd and partial-segment sizes at densities 0 .. 1, several in one batch, anchors and first
+// sends; the kept copies after encoding; the GPU's apply of those records; and malformed
+// records refused with the host's words.
+TEST(Kernels, DeltaRecordsMatchTheHostCodec) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  auto cpu = make_cpu_device();
+  std::mt19937_64 rng(21);
+  struct Case {
+    int64_t bytes;
+    double density;
+    bool whole, have_kept;
+  };
+  const std::vector<Case> cases = {{4 << 20, 0.02, false, true}, {2048 * 5 + 6, 0.0, false, true},
+                                   {2048 * 3, 1.0, false, true},  {1000, 0.3, false, true},
+                                   {777, 0.02, false, true},      {(1 << 20) + 2, 0.001, false, true},
+                                   {64 << 10, 0.02, true, true},  {64 << 10, 0.02, false, false},
+                                   {2, 1.0, false, true},         {3 << 20, 0.6, false, true}};
+  std::vector<std::vector<uint8_t>> fresh(cases.size()), kept(cases.size());
+  std::vector<DeltaEncodeJob> cjobs, gjobs;
+  std::vector<uint8_t*> grec, gkept;
+  std::vector<std::vector<uint8_t>> crec(cases.size()), ckept(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    kept[i].resize(size_t(c.bytes));
+    for (auto& b : kept[i]) b = uint8_t(rng());
+    fresh[i] = kept[i];
+    for (int64_t w = 0; w + 1 < c.bytes; w += 2)
+      if (std::uniform_real_distribution<double>(0, 1)(rng) < c.density) fresh[i][size_t(w)] ^= uint8_t(1 + rng() % 255);
+    crec[i].assign(size_t(kDeltaHeaderBytes + c.bytes), 0);
+    std::memcpy(crec[i].data() + kDeltaHeaderBytes, fresh[i].data(), size_t(c.bytes));
+    ckept[i] = kept[i];
+    cjobs.push_back(DeltaEncodeJob{crec[i].data(), c.bytes, c.have_kept ? ckept[i].data() : nullptr, 7, 8, c.whole});
+    grec.push_back(gpu->alloc(kDeltaHeaderBytes + c.bytes));
+    gkept.push_back(gpu->alloc(c.bytes));
+    gpu->from_host(grec[i] + kDeltaHeaderBytes, fresh[i].data(), c.bytes);
+    gpu->from_host(gkept[i], kept[i].data(), c.bytes);
+    gjobs.push_back(DeltaEncodeJob{grec[i], c.bytes, c.have_kept ? gkept[i] : nullptr, 7, 8, c.whole});
+  }
+  const std::vector<DeltaRecord> cr = cpu->delta_encode(cjobs), gr = gpu->delta_encode(gjobs);
+  ASSERT_EQ(cr.size(), gr.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.bytes) + " bytes at density " + std::to_string(c.density));
+    EXPECT_EQ(gr[i].bytes, cr[i].bytes);
+    EXPECT_EQ(gr[i].index_bytes, cr[i].index_bytes);
+    EXPECT_EQ(gr[i].changed_bytes, cr[i].changed_bytes);
+    EXPECT_EQ(gr[i].whole, cr[i].whole);
+    std::vector<uint8_t> rec(size_t(gr[i].bytes)), k(size_t(c.bytes));
+    gpu->to_host(rec.data(), grec[i], gr[i].bytes);
+    EXPECT_TRUE(std::equal(rec.begin(), rec.end(), crec[i].begin())) << "records differ";
+    if (c.have_kept) {
+      gpu->to_host(k.data(), gkept[i], c.bytes);
+      EXPECT_EQ(k, fresh[i]) << "the GPU's kept chunk is not the fresh one";
+      EXPECT_EQ(ckept[i], fresh[i]) << "the host's kept chunk is not the fresh one";
+    }
+    // The GPU applies the record to the old chunk and gets the fresh one.
+    gpu->from_host(gkept[i], kept[i].data(), c.bytes);
+    const DeltaRecord a = gpu->delta_apply(DeltaApplyJob{grec[i], gr[i].bytes, gkept[i], c.bytes, true, 7});
+    EXPECT_EQ(a.index_bytes, cr[i].index_bytes);
+    EXPECT_EQ(a.whole, cr[i].whole);
+    gpu->to_host(k.data(), gkept[i], c.bytes);
+    EXPECT_EQ(k, fresh[i]) << "apply did not bring the kept chunk to the fresh one";
+  }
+  // Malformed: the same refusals as the host's.
+  const size_t d = 0;  // a delta record
+  ASSERT_FALSE(cr[d].whole);
+  auto refusal = [&](Device& dev, const uint8_t* rec, int64_t bytes, uint8_t* k, bool have, uint64_t version) {
+    try {
+      dev.delta_apply(DeltaApplyJob{rec, bytes, k, cases[d].bytes, have, version});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::vector<uint8_t> hk(size_t(cases[d].bytes));
+  const std::string wrong_version = refusal(*gpu, grec[d], gr[d].bytes, gkept[d], true, 6);
+  EXPECT_EQ(wrong_version, refusal(*cpu, crec[d].data(), cr[d].bytes, hk.data(), true, 6));
+  EXPECT_NE(wrong_version.find("this rank holds version 6"), std::string::npos) << wrong_version;
+  EXPECT_NE(refusal(*gpu, grec[d], gr[d].bytes, gkept[d], false, 7).find("never received"), std::string::npos);
+  EXPECT_NE(refusal(*gpu, grec[d], gr[d].bytes - 2, gkept[d], true, 7).find("bytes for a chunk"), std::string::npos);
+  const uint8_t zero = 0;
+  gpu->from_host(grec[d], &zero, 1);  // the magic
+  EXPECT_NE(refusal(*gpu, grec[d], gr[d].bytes, gkept[d], true, 7).find("no DLT1 header"), std::string::npos);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    gpu->release(grec[i]);
+    gpu->release(gkept[i]);
+  }
+}
+
 TEST(Kernels, Fp8QuantizeMatchesCpuTwin) {
   REQUIRE_GPU();
   auto gpu = make_cuda_device(0);

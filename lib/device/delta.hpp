@@ -16,8 +16,10 @@
 // The prefix counts say which segments carry a bitmap and where each segment's values start,
 // so every segment can be decoded on its own (a GPU's block per segment). An index costs 4
 // bytes per 2 KiB segment, plus 128 bytes per segment with a change: 6.4% of the chunk when
-// every segment changes (uniform changes), less when changes cluster. Host memory only (the
-// CPU device); a record that would not be smaller than the whole chunk goes whole.
+// every segment changes (uniform changes), less when changes cluster. A record that would not
+// be smaller than the whole chunk goes whole. The functions below are the host's codec and the
+// twin of the GPU's (kernels/delta_kernels.cuh); devices run either through Device::delta_encode
+// and Device::delta_apply.
 #pragma once
 
 #include <cstdint>
@@ -66,5 +68,23 @@ DeltaRecord delta_encode(uint8_t* record, int64_t chunk_bytes, uint8_t* kept, ui
 // other than `kept_version`.
 DeltaRecord delta_apply(const uint8_t* record, int64_t record_bytes, uint8_t* kept, int64_t chunk_bytes,
                         bool have_kept, uint64_t kept_version);
+
+// A device's batch of encodings: each job's chunk was packed at record + kDeltaHeaderBytes.
+struct DeltaEncodeJob {
+  uint8_t* record = nullptr;
+  int64_t chunk_bytes = 0;
+  uint8_t* kept = nullptr;  // the chunk as last sent (version base_version)
+  uint64_t base_version = 0, version = 0;
+  bool whole = false;       // an anchor, or nothing kept yet
+};
+// A pulled record to apply to the chunk as last received.
+struct DeltaApplyJob {
+  const uint8_t* record = nullptr;
+  int64_t record_bytes = 0;
+  uint8_t* kept = nullptr;
+  int64_t chunk_bytes = 0;
+  bool have_kept = false;
+  uint64_t kept_version = 0;
+};
 
 }  // namespace shardsync

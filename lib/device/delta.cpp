@@ -1,4 +1,4 @@
-#include "engine/delta.hpp"
+#include "device/delta.hpp"
 
 #include <algorithm>
 #include <bit>
