@@ -26,6 +26,7 @@ namespace shardsync::kernels {
 
 constexpr int kDeltaThreads = 128;  // a segment's 1024 words, 8 a thread
 static_assert(kDeltaThreads * 8 == kDeltaSegmentWords);
+constexpr int kDeltaScanThreads = 512;  // the per-chunk scans (64-bit scans: 1024 threads ask too many registers)
 
 struct DeltaEncJob {
   const uint8_t* fresh = nullptr;  // record + kDeltaHeaderBytes
@@ -59,19 +60,19 @@ struct DeltaApplyK {
 
 // What the check found; error 0: a well-formed record.
 enum DeltaError : int32_t {
-  kDeltaOk = 0,
-  kDeltaShort,        // a: record bytes
-  kDeltaMagic,        // a: magic
-  kDeltaWholeSize,
-  kDeltaFormat,       // a: format
-  kDeltaNoKept,       // a: base version
-  kDeltaVersion,      // a: base version
-  kDeltaWords,        // a: header words
-  kDeltaNoPrefix,     // a: fixed bytes
-  kDeltaSegment,      // a: segment
-  kDeltaSize,         // a: expected bytes, b: segments with a bitmap
-  kDeltaPastEnd,
-  kDeltaBitmap,       // a: segment
+  kDeltaErrOk = 0,
+  kDeltaErrShort,        // a: record bytes
+  kDeltaErrMagic,     // a: magic
+  kDeltaErrWholeSize,
+  kDeltaErrFormat,       // a: format
+  kDeltaErrNoKept,       // a: base version
+  kDeltaErrVersion,      // a: base version
+  kDeltaErrWords,        // a: header words
+  kDeltaErrNoPrefix,     // a: fixed bytes
+  kDeltaErrSegment,      // a: segment
+  kDeltaErrSize,         // a: expected bytes, b: segments with a bitmap
+  kDeltaErrPastEnd,
+  kDeltaErrBitmap,       // a: segment
 };
 
 struct DeltaCheck {
@@ -131,7 +132,7 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, int
   for (int64_t i = lo; i < hi; ++i) dst[i] = src[i];
 }
 
-__global__ void delta_count_kernel(const DeltaEncJob* jobs, int n) {
+__global__ void __launch_bounds__(kDeltaThreads) delta_count_kernel(const DeltaEncJob* jobs, int n) {
   const int64_t block = blockIdx.x;
   const DeltaEncJob& J = jobs[find_delta_job(jobs, n, block)];
   const int64_t s = block - J.first_block;
@@ -149,18 +150,18 @@ __device__ __forceinline__ void write_header(uint8_t* at, const DeltaHeader& h) 
   for (int i = 0; i < int(sizeof h); ++i) at[i] = p[i];
 }
 
-// A block of 1024 threads per chunk.
-__global__ void delta_scan_kernel(const DeltaEncJob* jobs, DeltaEncResult* results) {
+// A block of kDeltaScanThreads per chunk.
+__global__ void __launch_bounds__(kDeltaScanThreads) delta_scan_kernel(const DeltaEncJob* jobs, DeltaEncResult* results) {
   const DeltaEncJob& J = jobs[blockIdx.x];
   const int64_t limit = kDeltaHeaderBytes + J.chunk_bytes;
   const int64_t fixed = kDeltaHeaderBytes + ((4 * J.segs + 15) & ~int64_t(15));
   bool whole = J.whole || J.chunk_bytes % 2 != 0 || J.words > int64_t(UINT32_MAX) || fixed >= limit;
   constexpr uint64_t kLow = (uint64_t(1) << 40) - 1;  // changed words below bit 40, segments above
-  using Scan = cub::BlockScan<uint64_t, 1024>;
+  using Scan = cub::BlockScan<uint64_t, kDeltaScanThreads>;
   __shared__ typename Scan::TempStorage tmp;
   uint64_t carry = 0;
   if (!whole)
-    for (int64_t base = 0; base < J.segs; base += 1024) {
+    for (int64_t base = 0; base < J.segs; base += kDeltaScanThreads) {
       const int64_t s = base + threadIdx.x;
       uint64_t v = 0;
       if (s < J.segs) {
@@ -197,7 +198,7 @@ __global__ void delta_scan_kernel(const DeltaEncJob* jobs, DeltaEncResult* resul
   results[blockIdx.x] = r;
 }
 
-__global__ void delta_write_kernel(const DeltaEncJob* jobs, int n, const DeltaEncResult* results) {
+__global__ void __launch_bounds__(kDeltaThreads) delta_write_kernel(const DeltaEncJob* jobs, int n, const DeltaEncResult* results) {
   const int64_t block = blockIdx.x;
   const int j = find_delta_job(jobs, n, block);
   const DeltaEncJob& J = jobs[j];
@@ -245,9 +246,9 @@ __device__ __forceinline__ void delta_fail(DeltaCheck* c, int32_t error, int64_t
   }
 }
 
-// One block of 1024 threads: the header, the prefix counts, the size; ranks the segments that
-// carry a bitmap.
-__global__ void delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
+// One block of kDeltaScanThreads: the header, the prefix counts, the size; ranks the segments
+// that carry a bitmap.
+__global__ void __launch_bounds__(kDeltaScanThreads) delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
   __shared__ uint64_t raw[kDeltaHeaderBytes / 8];  // the header (no constructor runs for shared memory)
   __shared__ int32_t fail;
   const int64_t words = J.chunk_bytes / 2;
@@ -258,21 +259,21 @@ __global__ void delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
     *out = DeltaCheck{};
     out->fixed = fixed;
     if (J.record_bytes < kDeltaHeaderBytes) {
-      delta_fail(out, kDeltaShort, J.record_bytes);
+      delta_fail(out, kDeltaErrShort, J.record_bytes);
     } else {
       DeltaHeader h;
       uint8_t* p = reinterpret_cast<uint8_t*>(raw);
       for (int i = 0; i < int(sizeof h); ++i) p[i] = J.record[i];
       memcpy(&h, raw, sizeof h);
-      if (h.magic != kDeltaMagic) delta_fail(out, kDeltaMagic, h.magic);
+      if (h.magic != kDeltaMagic) delta_fail(out, kDeltaErrMagic, h.magic);
       else if (h.format == 0) {
-        if (J.record_bytes != kDeltaHeaderBytes + J.chunk_bytes) delta_fail(out, kDeltaWholeSize, 0);
+        if (J.record_bytes != kDeltaHeaderBytes + J.chunk_bytes) delta_fail(out, kDeltaErrWholeSize, 0);
         else out->whole = 1;
-      } else if (h.format != 1) delta_fail(out, kDeltaFormat, h.format);
-      else if (!J.have_kept) delta_fail(out, kDeltaNoKept, int64_t(h.base_version));
-      else if (h.base_version != J.kept_version) delta_fail(out, kDeltaVersion, int64_t(h.base_version));
-      else if (J.chunk_bytes % 2 != 0 || int64_t(h.words) != words) delta_fail(out, kDeltaWords, h.words);
-      else if (J.record_bytes < fixed) delta_fail(out, kDeltaNoPrefix, fixed);
+      } else if (h.format != 1) delta_fail(out, kDeltaErrFormat, h.format);
+      else if (!J.have_kept) delta_fail(out, kDeltaErrNoKept, int64_t(h.base_version));
+      else if (h.base_version != J.kept_version) delta_fail(out, kDeltaErrVersion, int64_t(h.base_version));
+      else if (J.chunk_bytes % 2 != 0 || int64_t(h.words) != words) delta_fail(out, kDeltaErrWords, h.words);
+      else if (J.record_bytes < fixed) delta_fail(out, kDeltaErrNoPrefix, fixed);
     }
     fail = out->error != 0 || out->whole;
   }
@@ -282,15 +283,15 @@ __global__ void delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
   memcpy(&h, raw, sizeof h);
   const uint8_t* prefix = J.record + kDeltaHeaderBytes;
   auto count_before = [&](int64_t s) { return s < segs ? int64_t(load_u32(prefix + 4 * s)) : int64_t(h.changed); };
-  using Scan = cub::BlockScan<int64_t, 1024>;
+  using Scan = cub::BlockScan<int64_t, kDeltaScanThreads>;
   __shared__ typename Scan::TempStorage tmp;
   int64_t carry = 0;
-  for (int64_t base = 0; base < segs; base += 1024) {
+  for (int64_t base = 0; base < segs; base += kDeltaScanThreads) {
     const int64_t s = base + threadIdx.x;
     int64_t has = 0;
     if (s < segs) {
       const int64_t nw = count_before(s + 1) - count_before(s);
-      if (nw < 0 || nw > kDeltaSegmentWords) delta_fail(out, kDeltaSegment, s);
+      if (nw < 0 || nw > kDeltaSegmentWords) delta_fail(out, kDeltaErrSegment, s);
       has = nw > 0;
     }
     int64_t ex = 0, agg = 0;
@@ -302,13 +303,13 @@ __global__ void delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
   if (threadIdx.x != 0) return;
   const int64_t index = fixed + int64_t(kDeltaSegmentWords / 8) * carry;
   if (out->error == 0 && (count_before(0) != 0 || J.record_bytes != index + 2 * int64_t(h.changed)))
-    delta_fail(out, kDeltaSize, index + 2 * int64_t(h.changed), carry);
+    delta_fail(out, kDeltaErrSize, index + 2 * int64_t(h.changed), carry);
   out->index = index;
   out->changed = h.changed;
 }
 
 // A block per segment: its changed words into the kept chunk (or, whole, its bytes).
-__global__ void delta_apply_kernel(DeltaApplyK J, DeltaCheck* chk) {
+__global__ void __launch_bounds__(kDeltaThreads) delta_apply_kernel(DeltaApplyK J, DeltaCheck* chk) {
   if (chk->error != 0) return;
   const int64_t s = blockIdx.x;
   const int64_t words = J.chunk_bytes / 2;
@@ -327,7 +328,7 @@ __global__ void delta_apply_kernel(DeltaApplyK J, DeltaCheck* chk) {
   unsigned m = J.record[chk->fixed + int64_t(kDeltaSegmentWords / 8) * J.seg_rank[s] + threadIdx.x];
   const int64_t here = dmin(words - s * kDeltaSegmentWords, kDeltaSegmentWords) - int64_t(threadIdx.x) * 8;
   if (here < 8 && (m >> dmax(here, 0)) != 0) {
-    delta_fail(chk, kDeltaPastEnd, s);
+    delta_fail(chk, kDeltaErrPastEnd, s);
     m = 0;
   }
   using Scan = cub::BlockScan<int, kDeltaThreads>;
@@ -335,7 +336,7 @@ __global__ void delta_apply_kernel(DeltaApplyK J, DeltaCheck* chk) {
   int off = 0, total = 0;
   Scan(tmp).ExclusiveSum(__popc(m), off, total);
   if (total != n) {
-    if (threadIdx.x == 0) delta_fail(chk, kDeltaBitmap, s);
+    if (threadIdx.x == 0) delta_fail(chk, kDeltaErrBitmap, s);
     return;
   }
   const uint8_t* v = J.record + chk->index + 2 * (before + off);

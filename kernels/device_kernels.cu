@@ -267,7 +267,7 @@ class CudaDevice : public Device {
     auto* dj = reinterpret_cast<DeltaEncJob*>(d);
     CUDA_CHECK(cudaMemcpyAsync(dj, kj.data(), n * sizeof(DeltaEncJob), cudaMemcpyHostToDevice, s));
     kernels::delta_count_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n));
-    kernels::delta_scan_kernel<<<unsigned(n), 1024, 0, s>>>(dj, results);
+    kernels::delta_scan_kernel<<<unsigned(n), kernels::kDeltaScanThreads, 0, s>>>(dj, results);
     kernels::delta_write_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n), results);
     kernels::delta_copyback_kernel<<<dim3(64, unsigned(n)), 256, 0, s>>>(dj, results);
     CUDA_CHECK(cudaGetLastError());
@@ -294,13 +294,13 @@ class CudaDevice : public Device {
     k.seg_rank = reinterpret_cast<uint32_t*>(d + 64);
     static_assert(sizeof(DeltaCheck) <= 64);
     cudaStream_t s = streams_[0];
-    kernels::delta_check_kernel<<<1, 1024, 0, s>>>(k, chk);
+    kernels::delta_check_kernel<<<1, kernels::kDeltaScanThreads, 0, s>>>(k, chk);
     if (copy_segs > 0) kernels::delta_apply_kernel<<<unsigned(copy_segs), kernels::kDeltaThreads, 0, s>>>(k, chk);
     CUDA_CHECK(cudaGetLastError());
     DeltaCheck c;
     CUDA_CHECK(cudaMemcpyAsync(&c, chk, sizeof c, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    if (c.error != kernels::kDeltaOk) throw Error(delta_error(c, j));
+    if (c.error != kernels::kDeltaErrOk) throw Error(delta_error(c, j));
     if (c.whole) return DeltaRecord{j.record_bytes, kDeltaHeaderBytes, j.chunk_bytes, true};
     return DeltaRecord{j.record_bytes, c.index, 2 * c.changed, false};
   }
@@ -471,25 +471,25 @@ class CudaDevice : public Device {
     std::string head = "delta record of " + std::to_string(j.record_bytes) + " bytes for a chunk of " +
                        std::to_string(j.chunk_bytes) + ": ";
     switch (c.error) {
-      case kernels::kDeltaShort: return head + "shorter than its 32-byte header";
-      case kernels::kDeltaMagic: return head + "no DLT1 header (magic " + std::to_string(c.a) + ")";
-      case kernels::kDeltaWholeSize: return head + "a whole chunk must be header + chunk bytes";
-      case kernels::kDeltaFormat: return head + "format " + std::to_string(c.a) + " (expected 0, whole, or 1, delta)";
-      case kernels::kDeltaNoKept:
+      case kernels::kDeltaErrShort: return head + "shorter than its 32-byte header";
+      case kernels::kDeltaErrMagic: return head + "no DLT1 header (magic " + std::to_string(c.a) + ")";
+      case kernels::kDeltaErrWholeSize: return head + "a whole chunk must be header + chunk bytes";
+      case kernels::kDeltaErrFormat: return head + "format " + std::to_string(c.a) + " (expected 0, whole, or 1, delta)";
+      case kernels::kDeltaErrNoKept:
         return head + "a delta on top of version " + std::to_string(c.a) +
                " for a chunk this rank has never received (it needed the whole chunk, an anchor)";
-      case kernels::kDeltaVersion:
+      case kernels::kDeltaErrVersion:
         return head + "a delta on top of version " + std::to_string(c.a) + ", but this rank holds version " +
                std::to_string(j.kept_version) + " of the chunk (it needed an anchor)";
-      case kernels::kDeltaWords:
+      case kernels::kDeltaErrWords:
         return head + "header says " + std::to_string(c.a) + " words, the chunk has " + std::to_string(j.chunk_bytes / 2);
-      case kernels::kDeltaNoPrefix: return head + "shorter than its prefix counts (" + std::to_string(c.a) + " bytes)";
-      case kernels::kDeltaSegment: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its neighbours'";
-      case kernels::kDeltaSize:
+      case kernels::kDeltaErrNoPrefix: return head + "shorter than its prefix counts (" + std::to_string(c.a) + " bytes)";
+      case kernels::kDeltaErrSegment: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its neighbours'";
+      case kernels::kDeltaErrSize:
         return head + "header and prefix counts say " + std::to_string(c.a) + " bytes (" + std::to_string(c.b) +
                " segments with a change)";
-      case kernels::kDeltaPastEnd: return head + "a changed word past the chunk's end";
-      case kernels::kDeltaBitmap: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its bitmap";
+      case kernels::kDeltaErrPastEnd: return head + "a changed word past the chunk's end";
+      case kernels::kDeltaErrBitmap: return head + "segment " + std::to_string(c.a) + "'s count disagrees with its bitmap";
       default: return head + "check error " + std::to_string(c.error);
     }
   }
