@@ -229,13 +229,16 @@ TEST(Sim, DeltaRecordModel) {
   EXPECT_DOUBLE_EQ(expected_delta_bytes(0, 2, 1, 1, uniform), 0);
 }
 
-// The model against the engine: the committed delta runs (results/cpu/delta, the CPU VM) moved
-// the bytes the simulator predicts for the same plans and update model, within 12%.
+// The model against the engine: the committed delta runs (results/cpu/delta on the CPU VM,
+// results/gpu/delta on one H200) moved the bytes the simulator predicts for the same plans and
+// update model, within 12%.
 TEST(Sim, DeltaBytesMatchTheEnginesMeasuredBytes) {
   ClusterSpec c = load_cluster("cpu-devvm");
   int checked = 0;
-  for (const char* run : {"qwen3-0.6b-tp1x2-delta-1", "tiny-moe-uniform-delta-1", "tiny-moe-rows-delta-1"}) {
-    const std::string path = std::string(SHARDSYNC_SOURCE_DIR) + "/results/cpu/delta/" + run + ".json";
+  for (const char* run : {"cpu/delta/qwen3-0.6b-tp1x2-delta-1", "cpu/delta/tiny-moe-uniform-delta-1",
+                          "cpu/delta/tiny-moe-rows-delta-1", "gpu/delta/qwen3-8b-uniform-delta-1",
+                          "gpu/delta/qwen3-8b-rows-delta-1"}) {
+    const std::string path = std::string(SHARDSYNC_SOURCE_DIR) + "/results/" + run + ".json";
     std::ifstream f(path);
     ASSERT_TRUE(f) << path;
     const nlohmann::json j = nlohmann::json::parse(f);
@@ -260,7 +263,7 @@ TEST(Sim, DeltaBytesMatchTheEnginesMeasuredBytes) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 9);
+  EXPECT_GE(checked, 15);
 }
 
 // Delta at density 1 sends everything whole; at density 0 only the index.
