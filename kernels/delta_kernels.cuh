@@ -1,22 +1,26 @@
 // Delta records on the GPU (--delta, lib/device/delta.hpp has the format and the host twin,
 // delta_encode / delta_apply, which define the bytes: tests compare the two).
 //
-// Encode, per batch of chunks (a producer's round), four launches on the main stream:
+// Encode, per batch of chunks (a producer's round), on the main stream:
 //   count:    a block of 128 threads per 1024-word segment, 8 words a thread (one bitmap
-//             byte): changed words per segment
-//   scan:     a block per chunk: each segment's changed words before it (the prefix counts),
-//             the segments with a change before it (where its bitmap goes), the record's size,
-//             and whether it goes whole (no smaller than the chunk, an anchor, an odd size)
+//             byte): per segment, its changed words and whether it has any, packed in 64 bits
+//   scan:     cub::DeviceScan over each chunk's packed counts: each segment's changed words
+//             before it (its prefix count) and the segments with a change before it (where its
+//             bitmap goes)
+//   finish:   a thread per chunk: the record's size, and whether it goes whole (no smaller than
+//             the chunk, an anchor, an odd size); its header
 //   write:    a block per segment writes its prefix count, bitmap and changed words into the
 //             chunk's scratch record, and brings the kept chunk to the fresh one
 //   copyback: the record over the chunk in the send buffer (the fresh chunk sits where the
 //             record goes, after the header: nothing is written there until every block read it)
-// Apply, per pulled chunk: one block checks the header and prefix counts and ranks the
-// segments with a bitmap; a block per segment then writes its changed words into the kept chunk.
+// Apply, per pulled chunk: a thread checks the header; a thread per segment checks its count
+// and flags a bitmap; cub::DeviceScan ranks the flagged segments; a thread checks the size; a
+// block per segment then writes its changed words into the kept chunk.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <cstdint>
 
@@ -26,15 +30,15 @@ namespace shardsync::kernels {
 
 constexpr int kDeltaThreads = 128;  // a segment's 1024 words, 8 a thread
 static_assert(kDeltaThreads * 8 == kDeltaSegmentWords);
-constexpr int kDeltaScanThreads = 512;  // the per-chunk scans (64-bit scans: 1024 threads ask too many registers)
+constexpr uint64_t kDeltaLow = (uint64_t(1) << 40) - 1;  // packed: changed words below bit 40, segments above
 
 struct DeltaEncJob {
   const uint8_t* fresh = nullptr;  // record + kDeltaHeaderBytes
   uint8_t* kept = nullptr;
   uint8_t* record = nullptr;
   uint8_t* scratch = nullptr;      // the record as built (kDeltaHeaderBytes + chunk_bytes)
-  uint32_t* before = nullptr;      // per segment: changed words, then those before it
-  uint32_t* seg_rank = nullptr;    // per segment: segments with a change before it
+  uint64_t* packed = nullptr;      // per segment: changed words | (any changed) << 40
+  uint64_t* prefix = nullptr;      // per segment: the sum of `packed` before it
   int64_t chunk_bytes = 0, words = 0;
   int64_t segs = 0;       // segments of the format (words / 1024, rounded up)
   int64_t copy_segs = 0;  // blocks launched: covers every byte (an odd last byte too)
@@ -55,7 +59,8 @@ struct DeltaApplyK {
   int64_t chunk_bytes = 0;
   int32_t have_kept = 0;
   uint64_t kept_version = 0;
-  uint32_t* seg_rank = nullptr;  // scratch, per segment
+  int32_t* flags = nullptr;      // scratch, per segment: it carries a bitmap
+  int32_t* seg_rank = nullptr;   // scratch, per segment: flagged segments before it
 };
 
 // What the check found; error 0: a well-formed record.
@@ -142,7 +147,7 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_count_kernel(const DeltaE
   using Reduce = cub::BlockReduce<int, kDeltaThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const int sum = Reduce(tmp).Sum(c);
-  if (threadIdx.x == 0) J.before[s] = uint32_t(sum);
+  if (threadIdx.x == 0) J.packed[s] = (uint64_t(sum > 0) << 40) | uint64_t(sum);
 }
 
 __device__ __forceinline__ void write_header(uint8_t* at, const DeltaHeader& h) {
@@ -150,35 +155,16 @@ __device__ __forceinline__ void write_header(uint8_t* at, const DeltaHeader& h) 
   for (int i = 0; i < int(sizeof h); ++i) at[i] = p[i];
 }
 
-// A block of kDeltaScanThreads per chunk.
-__global__ void __launch_bounds__(kDeltaScanThreads) delta_scan_kernel(const DeltaEncJob* jobs, DeltaEncResult* results) {
-  const DeltaEncJob& J = jobs[blockIdx.x];
+// A thread per chunk, after the scan: the record's size, whole or not, and its header.
+__global__ void delta_finish_kernel(const DeltaEncJob* jobs, int n, DeltaEncResult* results) {
+  const int j = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  const DeltaEncJob& J = jobs[j];
   const int64_t limit = kDeltaHeaderBytes + J.chunk_bytes;
   const int64_t fixed = kDeltaHeaderBytes + ((4 * J.segs + 15) & ~int64_t(15));
   bool whole = J.whole || J.chunk_bytes % 2 != 0 || J.words > int64_t(UINT32_MAX) || fixed >= limit;
-  constexpr uint64_t kLow = (uint64_t(1) << 40) - 1;  // changed words below bit 40, segments above
-  using Scan = cub::BlockScan<uint64_t, kDeltaScanThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  uint64_t carry = 0;
-  if (!whole)
-    for (int64_t base = 0; base < J.segs; base += kDeltaScanThreads) {
-      const int64_t s = base + threadIdx.x;
-      uint64_t v = 0;
-      if (s < J.segs) {
-        const uint32_t c = J.before[s];
-        v = (uint64_t(c > 0) << 40) | c;
-      }
-      uint64_t ex = 0, agg = 0;
-      Scan(tmp).ExclusiveSum(v, ex, agg);
-      if (s < J.segs) {
-        J.before[s] = uint32_t((carry + ex) & kLow);
-        J.seg_rank[s] = uint32_t((carry + ex) >> 40);
-      }
-      carry += agg;
-      __syncthreads();
-    }
-  if (threadIdx.x != 0) return;
-  const int64_t changed = int64_t(carry & kLow), with = int64_t(carry >> 40);
+  const uint64_t total = whole || J.segs == 0 ? 0 : J.prefix[J.segs - 1] + J.packed[J.segs - 1];
+  const int64_t changed = int64_t(total & kDeltaLow), with = int64_t(total >> 40);
   const int64_t index = fixed + int64_t(kDeltaSegmentWords / 8) * with, bytes = index + 2 * changed;
   if (bytes >= limit) whole = true;
   DeltaHeader h;
@@ -195,7 +181,7 @@ __global__ void __launch_bounds__(kDeltaScanThreads) delta_scan_kernel(const Del
     for (int64_t i = kDeltaHeaderBytes + 4 * J.segs; i < fixed; ++i) J.scratch[i] = 0;  // the counts' padding
   }
   write_header(J.scratch, h);
-  results[blockIdx.x] = r;
+  results[j] = r;
 }
 
 __global__ void __launch_bounds__(kDeltaThreads) delta_write_kernel(const DeltaEncJob* jobs, int n, const DeltaEncResult* results) {
@@ -215,11 +201,12 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_write_kernel(const DeltaE
   __shared__ typename Scan::TempStorage tmp;
   int off = 0, total = 0;
   Scan(tmp).ExclusiveSum(__popc(m), off, total);
-  const uint32_t before = J.before[s];
+  const uint64_t pre = J.prefix[s];
+  const uint32_t before = uint32_t(pre & kDeltaLow);
   if (threadIdx.x == 0) store_u32(J.scratch + kDeltaHeaderBytes + 4 * s, before);
   if (total > 0) {
     const int64_t fixed = kDeltaHeaderBytes + ((4 * J.segs + 15) & ~int64_t(15));
-    J.scratch[fixed + int64_t(kDeltaSegmentWords / 8) * J.seg_rank[s] + threadIdx.x] = uint8_t(m);
+    J.scratch[fixed + int64_t(kDeltaSegmentWords / 8) * int64_t(pre >> 40) + threadIdx.x] = uint8_t(m);
     uint8_t* v = J.scratch + r.index_bytes + 2 * (int64_t(before) + off);
     for (unsigned bits = m; bits != 0; bits &= bits - 1) {
       store_word(v, load_word(J.fresh + 2 * (w0 + __ffs(bits) - 1)));
@@ -246,66 +233,64 @@ __device__ __forceinline__ void delta_fail(DeltaCheck* c, int32_t error, int64_t
   }
 }
 
-// One block of kDeltaScanThreads: the header, the prefix counts, the size; ranks the segments
-// that carry a bitmap.
-__global__ void __launch_bounds__(kDeltaScanThreads) delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
-  __shared__ uint64_t raw[kDeltaHeaderBytes / 8];  // the header (no constructor runs for shared memory)
-  __shared__ int32_t fail;
+__device__ __forceinline__ DeltaHeader read_header(const uint8_t* record) {
+  uint64_t raw[kDeltaHeaderBytes / 8];
+  uint8_t* p = reinterpret_cast<uint8_t*>(raw);
+  for (int i = 0; i < int(kDeltaHeaderBytes); ++i) p[i] = record[i];
+  DeltaHeader h;
+  memcpy(&h, raw, sizeof h);
+  return h;
+}
+
+// One thread: the header against the chunk and the kept copy.
+__global__ void delta_check_kernel(DeltaApplyK J, DeltaCheck* out) {
   const int64_t words = J.chunk_bytes / 2;
   const int64_t segs = (words + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
   const int64_t fixed = kDeltaHeaderBytes + ((4 * segs + 15) & ~int64_t(15));
-  if (threadIdx.x == 0) {
-    fail = 0;
-    *out = DeltaCheck{};
-    out->fixed = fixed;
-    if (J.record_bytes < kDeltaHeaderBytes) {
-      delta_fail(out, kDeltaErrShort, J.record_bytes);
-    } else {
-      DeltaHeader h;
-      uint8_t* p = reinterpret_cast<uint8_t*>(raw);
-      for (int i = 0; i < int(sizeof h); ++i) p[i] = J.record[i];
-      memcpy(&h, raw, sizeof h);
-      if (h.magic != kDeltaMagic) delta_fail(out, kDeltaErrMagic, h.magic);
-      else if (h.format == 0) {
-        if (J.record_bytes != kDeltaHeaderBytes + J.chunk_bytes) delta_fail(out, kDeltaErrWholeSize, 0);
-        else out->whole = 1;
-      } else if (h.format != 1) delta_fail(out, kDeltaErrFormat, h.format);
-      else if (!J.have_kept) delta_fail(out, kDeltaErrNoKept, int64_t(h.base_version));
-      else if (h.base_version != J.kept_version) delta_fail(out, kDeltaErrVersion, int64_t(h.base_version));
-      else if (J.chunk_bytes % 2 != 0 || int64_t(h.words) != words) delta_fail(out, kDeltaErrWords, h.words);
-      else if (J.record_bytes < fixed) delta_fail(out, kDeltaErrNoPrefix, fixed);
-    }
-    fail = out->error != 0 || out->whole;
+  *out = DeltaCheck{};
+  out->fixed = fixed;
+  if (J.record_bytes < kDeltaHeaderBytes) {
+    delta_fail(out, kDeltaErrShort, J.record_bytes);
+    return;
   }
-  __syncthreads();
-  if (fail) return;
-  DeltaHeader h;
-  memcpy(&h, raw, sizeof h);
-  const uint8_t* prefix = J.record + kDeltaHeaderBytes;
-  auto count_before = [&](int64_t s) { return s < segs ? int64_t(load_u32(prefix + 4 * s)) : int64_t(h.changed); };
-  using Scan = cub::BlockScan<int64_t, kDeltaScanThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  int64_t carry = 0;
-  for (int64_t base = 0; base < segs; base += kDeltaScanThreads) {
-    const int64_t s = base + threadIdx.x;
-    int64_t has = 0;
-    if (s < segs) {
-      const int64_t nw = count_before(s + 1) - count_before(s);
-      if (nw < 0 || nw > kDeltaSegmentWords) delta_fail(out, kDeltaErrSegment, s);
-      has = nw > 0;
-    }
-    int64_t ex = 0, agg = 0;
-    Scan(tmp).ExclusiveSum(has, ex, agg);
-    if (s < segs) J.seg_rank[s] = uint32_t(carry + ex);
-    carry += agg;
-    __syncthreads();
-  }
-  if (threadIdx.x != 0) return;
-  const int64_t index = fixed + int64_t(kDeltaSegmentWords / 8) * carry;
-  if (out->error == 0 && (count_before(0) != 0 || J.record_bytes != index + 2 * int64_t(h.changed)))
-    delta_fail(out, kDeltaErrSize, index + 2 * int64_t(h.changed), carry);
-  out->index = index;
+  const DeltaHeader h = read_header(J.record);
   out->changed = h.changed;
+  if (h.magic != kDeltaMagic) delta_fail(out, kDeltaErrMagic, h.magic);
+  else if (h.format == 0) {
+    if (J.record_bytes != kDeltaHeaderBytes + J.chunk_bytes) delta_fail(out, kDeltaErrWholeSize, 0);
+    else out->whole = 1;
+  } else if (h.format != 1) delta_fail(out, kDeltaErrFormat, h.format);
+  else if (!J.have_kept) delta_fail(out, kDeltaErrNoKept, int64_t(h.base_version));
+  else if (h.base_version != J.kept_version) delta_fail(out, kDeltaErrVersion, int64_t(h.base_version));
+  else if (J.chunk_bytes % 2 != 0 || int64_t(h.words) != words) delta_fail(out, kDeltaErrWords, h.words);
+  else if (J.record_bytes < fixed) delta_fail(out, kDeltaErrNoPrefix, fixed);
+}
+
+__device__ __forceinline__ int64_t count_before(const DeltaApplyK& J, const DeltaCheck* c, int64_t s, int64_t segs) {
+  return s < segs ? int64_t(load_u32(J.record + kDeltaHeaderBytes + 4 * s)) : c->changed;
+}
+
+// A thread per segment: its count in range, and whether it carries a bitmap.
+__global__ void delta_flags_kernel(DeltaApplyK J, DeltaCheck* chk, int64_t segs) {
+  const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= segs) return;
+  int32_t flag = 0;
+  if (chk->error == 0 && !chk->whole) {
+    const int64_t n = count_before(J, chk, s + 1, segs) - count_before(J, chk, s, segs);
+    if (n < 0 || n > kDeltaSegmentWords) delta_fail(chk, kDeltaErrSegment, s);
+    flag = n > 0;
+  }
+  J.flags[s] = flag;
+}
+
+// One thread, after the ranks' scan: the record's size against the header and the counts.
+__global__ void delta_size_kernel(DeltaApplyK J, DeltaCheck* chk, int64_t segs) {
+  if (chk->error != 0 || chk->whole) return;
+  const int64_t with = segs > 0 ? int64_t(J.seg_rank[segs - 1]) + J.flags[segs - 1] : 0;
+  const int64_t index = chk->fixed + int64_t(kDeltaSegmentWords / 8) * with;
+  if (count_before(J, chk, 0, segs) != 0 || J.record_bytes != index + 2 * chk->changed)
+    delta_fail(chk, kDeltaErrSize, index + 2 * chk->changed, with);
+  chk->index = index;
 }
 
 // A block per segment: its changed words into the kept chunk (or, whole, its bytes).

@@ -90,6 +90,7 @@ class CudaDevice : public Device {
     for (auto e : events_) cudaEventDestroy(e);
     cudaFree(counters_);
     if (delta_buf_) cudaFree(delta_buf_);
+    if (delta_host_) cudaFreeHost(delta_host_);
     cudaStreamDestroy(streams_[0]);
     cudaStreamDestroy(streams_[1]);
   }
@@ -228,10 +229,10 @@ class CudaDevice : public Device {
     using kernels::DeltaEncResult;
     const size_t n = jobs.size();
     auto up16 = [](int64_t b) { return (b + 15) & ~int64_t(15); };
-    // Device scratch: jobs, results, then per job its counts, ranks and record.
-    int64_t bytes = up16(int64_t(n * sizeof(DeltaEncJob))) + up16(int64_t(n * sizeof(DeltaEncResult)));
+    // Device scratch: jobs, results, the scan's temporary storage, then per job its packed
+    // counts, their prefix sums and its record.
     std::vector<DeltaEncJob> kj(n);
-    int64_t blocks = 0;
+    int64_t blocks = 0, most_segs = 0;
     for (size_t i = 0; i < n; ++i) {
       const DeltaEncodeJob& j = jobs[i];
       DeltaEncJob& k = kj[i];
@@ -247,34 +248,48 @@ class CudaDevice : public Device {
       k.version = j.version;
       k.whole = j.whole || j.kept == nullptr;
       blocks += std::max<int64_t>(k.copy_segs, 1);
-      bytes += 2 * up16(4 * k.segs) + up16(kDeltaHeaderBytes + j.chunk_bytes);
+      most_segs = std::max(most_segs, k.segs);
     }
-    if (blocks > int64_t(INT32_MAX)) throw Error("device kernels: a delta batch of more than 2^31 segments");
+    if (blocks > int64_t(INT32_MAX) || most_segs > int64_t(INT32_MAX))
+      throw Error("device kernels: a delta batch of more than 2^31 segments");
+    cudaStream_t s = streams_[0];
+    size_t temp = 0;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp, static_cast<const uint64_t*>(nullptr),
+                                             static_cast<uint64_t*>(nullptr), int(std::max<int64_t>(most_segs, 1)), s));
+    int64_t bytes = up16(int64_t(n * sizeof(DeltaEncJob))) + up16(int64_t(n * sizeof(DeltaEncResult))) + up16(int64_t(temp));
+    for (const DeltaEncJob& k : kj) bytes += 2 * up16(8 * k.segs) + up16(kDeltaHeaderBytes + k.chunk_bytes);
     uint8_t* d = delta_scratch(bytes);
     uint8_t* at = d + up16(int64_t(n * sizeof(DeltaEncJob)));
     auto* results = reinterpret_cast<DeltaEncResult*>(at);
     at += up16(int64_t(n * sizeof(DeltaEncResult)));
-    for (size_t i = 0; i < n; ++i) {
-      DeltaEncJob& k = kj[i];
-      k.before = reinterpret_cast<uint32_t*>(at);
-      at += up16(4 * k.segs);
-      k.seg_rank = reinterpret_cast<uint32_t*>(at);
-      at += up16(4 * k.segs);
+    uint8_t* temp_at = at;
+    at += up16(int64_t(temp));
+    for (DeltaEncJob& k : kj) {
+      k.packed = reinterpret_cast<uint64_t*>(at);
+      at += up16(8 * k.segs);
+      k.prefix = reinterpret_cast<uint64_t*>(at);
+      at += up16(8 * k.segs);
       k.scratch = at;
       at += up16(kDeltaHeaderBytes + k.chunk_bytes);
     }
-    cudaStream_t s = streams_[0];
     auto* dj = reinterpret_cast<DeltaEncJob*>(d);
-    CUDA_CHECK(cudaMemcpyAsync(dj, kj.data(), n * sizeof(DeltaEncJob), cudaMemcpyHostToDevice, s));
+    std::memcpy(delta_staging(n * sizeof(DeltaEncJob)), kj.data(), n * sizeof(DeltaEncJob));
+    CUDA_CHECK(cudaMemcpyAsync(dj, delta_host_, n * sizeof(DeltaEncJob), cudaMemcpyHostToDevice, s));
     kernels::delta_count_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n));
-    kernels::delta_scan_kernel<<<unsigned(n), kernels::kDeltaScanThreads, 0, s>>>(dj, results);
+    CUDA_CHECK(cudaGetLastError());
+    for (const DeltaEncJob& k : kj)
+      if (!k.whole && k.segs > 0) {
+        size_t t = temp;
+        CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp_at, t, k.packed, k.prefix, int(k.segs), s));
+      }
+    kernels::delta_finish_kernel<<<unsigned((n + 127) / 128), 128, 0, s>>>(dj, int(n), results);
     kernels::delta_write_kernel<<<unsigned(blocks), kernels::kDeltaThreads, 0, s>>>(dj, int(n), results);
     kernels::delta_copyback_kernel<<<dim3(64, unsigned(n)), 256, 0, s>>>(dj, results);
     CUDA_CHECK(cudaGetLastError());
-    std::vector<DeltaEncResult> r(n);
-    CUDA_CHECK(cudaMemcpyAsync(r.data(), results, n * sizeof(DeltaEncResult), cudaMemcpyDeviceToHost, s));
+    auto* r = static_cast<DeltaEncResult*>(static_cast<void*>(delta_staging(n * sizeof(DeltaEncResult))));
+    CUDA_CHECK(cudaMemcpyAsync(r, results, n * sizeof(DeltaEncResult), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    for (const DeltaEncResult& x : r) out.push_back(DeltaRecord{x.bytes, x.index_bytes, x.changed_bytes, x.whole != 0});
+    for (size_t i = 0; i < n; ++i) out.push_back(DeltaRecord{r[i].bytes, r[i].index_bytes, r[i].changed_bytes, r[i].whole != 0});
     return out;
   }
   DeltaRecord delta_apply(const DeltaApplyJob& j) override {
@@ -282,8 +297,15 @@ class CudaDevice : public Device {
     const int64_t words = j.chunk_bytes / 2;
     const int64_t segs = (words + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
     const int64_t copy_segs = ((j.chunk_bytes + 1) / 2 + kDeltaSegmentWords - 1) / kDeltaSegmentWords;
-    uint8_t* d = delta_scratch(64 + 4 * std::max<int64_t>(segs, 1));
+    if (segs > int64_t(INT32_MAX)) throw Error("device kernels: a delta record of more than 2^31 segments");
+    cudaStream_t s = streams_[0];
+    size_t temp = 0;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp, static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), int(std::max<int64_t>(segs, 1)), s));
+    const int64_t ranks = (4 * std::max<int64_t>(segs, 1) + 15) & ~int64_t(15);
+    uint8_t* d = delta_scratch(64 + 2 * ranks + int64_t(temp));
     auto* chk = reinterpret_cast<DeltaCheck*>(d);
+    static_assert(sizeof(DeltaCheck) <= 64);
     kernels::DeltaApplyK k;
     k.record = j.record;
     k.record_bytes = j.record_bytes;
@@ -291,18 +313,22 @@ class CudaDevice : public Device {
     k.chunk_bytes = j.chunk_bytes;
     k.have_kept = j.have_kept;
     k.kept_version = j.kept_version;
-    k.seg_rank = reinterpret_cast<uint32_t*>(d + 64);
-    static_assert(sizeof(DeltaCheck) <= 64);
-    cudaStream_t s = streams_[0];
-    kernels::delta_check_kernel<<<1, kernels::kDeltaScanThreads, 0, s>>>(k, chk);
+    k.flags = reinterpret_cast<int32_t*>(d + 64);
+    k.seg_rank = reinterpret_cast<int32_t*>(d + 64 + ranks);
+    kernels::delta_check_kernel<<<1, 1, 0, s>>>(k, chk);
+    if (segs > 0) {
+      kernels::delta_flags_kernel<<<unsigned((segs + 255) / 256), 256, 0, s>>>(k, chk, segs);
+      CUDA_CHECK(cub::DeviceScan::ExclusiveSum(d + 64 + 2 * ranks, temp, k.flags, k.seg_rank, int(segs), s));
+    }
+    kernels::delta_size_kernel<<<1, 1, 0, s>>>(k, chk, segs);
     if (copy_segs > 0) kernels::delta_apply_kernel<<<unsigned(copy_segs), kernels::kDeltaThreads, 0, s>>>(k, chk);
     CUDA_CHECK(cudaGetLastError());
-    DeltaCheck c;
-    CUDA_CHECK(cudaMemcpyAsync(&c, chk, sizeof c, cudaMemcpyDeviceToHost, s));
+    auto* c = static_cast<DeltaCheck*>(static_cast<void*>(delta_staging(sizeof(DeltaCheck))));
+    CUDA_CHECK(cudaMemcpyAsync(c, chk, sizeof(DeltaCheck), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    if (c.error != kernels::kDeltaErrOk) throw Error(delta_error(c, j));
-    if (c.whole) return DeltaRecord{j.record_bytes, kDeltaHeaderBytes, j.chunk_bytes, true};
-    return DeltaRecord{j.record_bytes, c.index, 2 * c.changed, false};
+    if (c->error != kernels::kDeltaErrOk) throw Error(delta_error(*c, j));
+    if (c->whole) return DeltaRecord{j.record_bytes, kDeltaHeaderBytes, j.chunk_bytes, true};
+    return DeltaRecord{j.record_bytes, c->index, 2 * c->changed, false};
   }
   void to_host(void* dst, const uint8_t* src, int64_t bytes) override {
     CUDA_CHECK(cudaStreamSynchronize(streams_[0]));
@@ -466,6 +492,17 @@ class CudaDevice : public Device {
     }
     return static_cast<uint8_t*>(delta_buf_);
   }
+  // Pinned host memory for the delta calls' job lists and results (grown as needed; one call at a time).
+  uint8_t* delta_staging(size_t bytes) {
+    if (bytes > delta_host_bytes_) {
+      if (delta_host_) CUDA_CHECK(cudaFreeHost(delta_host_));
+      delta_host_ = nullptr;
+      const size_t size = std::max<size_t>(bytes, 4096);
+      CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&delta_host_), size));
+      delta_host_bytes_ = size;
+    }
+    return delta_host_;
+  }
   // The host codec's wording for what the check found (lib/device/delta.cpp).
   static std::string delta_error(const kernels::DeltaCheck& c, const DeltaApplyJob& j) {
     std::string head = "delta record of " + std::to_string(j.record_bytes) + " bytes for a chunk of " +
@@ -498,6 +535,8 @@ class CudaDevice : public Device {
   std::string name_;
   void* delta_buf_ = nullptr;
   int64_t delta_bytes_ = 0;
+  uint8_t* delta_host_ = nullptr;
+  size_t delta_host_bytes_ = 0;
   cudaStream_t streams_[2]{};
   void* counters_ = nullptr;
   std::vector<cudaEvent_t> events_;
