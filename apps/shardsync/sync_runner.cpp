@@ -56,6 +56,11 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
                   "any sync a replacement rank joins at")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
+  app->add_flag("--dedupe-node", o->engine.dedupe_node,
+                "Pull engines: a piece that several inference ranks of one replica on one node need identically "
+                "crosses the network once; one of them (balanced) pulls it, the others copy it from its live "
+                "weights inside the node when its sync is complete. Nodes are host names "
+                "(SHARDSYNC_FAKE_HOSTS=N pretends N ranks a host). Not with --rendezvous");
   app->add_option("--json", o->json_out, "Write results with provenance to this JSON file");
   app->add_flag("--quiet,-q", o->quiet, "No progress lines on stderr");
   app->add_option("--rendezvous", o->engine.rendezvous,
@@ -398,6 +403,8 @@ void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines
                                  "(every chunk whole) every " + std::to_string(o.engine.anchor_every) +
                                      " syncs of an engine and when a replacement joins"
                                : "")
+            << (o.engine.dedupe_node ? "\n# dedupe-node: shared pieces cross the network once a node, copied inside it after"
+                                     : "")
             << "\n# one pass: "
             << engines.one_pass_description() << "\n";
   if (rs.s.inference->layout().quant != Quant::kNone)
@@ -463,6 +470,19 @@ void run_engine(EngineKind kind, const SyncRunOptions& o, Engines& engines, cons
     for (int rep : now_down)
       state += (state.find("replicas down") == std::string::npos ? ", replicas down: " : ",") +
                std::to_string(rep);
+    // --dedupe-node: bytes a rank could not copy because their puller died (not verified; the
+    // puller's replica, which is that rank's, goes down).
+    for (const RankStats& r : all)
+      if (r.node_lost_bytes > 0) {
+        state += ", rank " + std::to_string(r.rank) + " lost " + std::to_string(r.node_lost_bytes) +
+                 " bytes to a dead puller in its node";
+        log.events.push_back({{"event", "node_bytes_lost"},
+                              {"engine", name},
+                              {"sync", k},
+                              {"rank", r.rank},
+                              {"replica", r.replica},
+                              {"bytes", r.node_lost_bytes}});
+      }
     if (mine.skipped) {
       if (!o.quiet)
         progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" +
@@ -524,8 +544,10 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
     for (const auto& ev : log.events)
       list +=
           std::string(list.empty() ? "" : "; ") +
-          (ev["event"] == "rejoin" ? "rank " + std::to_string(int(ev["rank"])) + " replaced"
-                                   : "replica " + std::to_string(int(ev["replica"])) + " down") +
+          (ev["event"] == "rejoin"            ? "rank " + std::to_string(int(ev["rank"])) + " replaced"
+           : ev["event"] == "node_bytes_lost" ? "rank " + std::to_string(int(ev["rank"])) + " lost " +
+                                                    std::to_string(int64_t(ev["bytes"])) + " bytes of its node's copies"
+                                              : "replica " + std::to_string(int(ev["replica"])) + " down") +
           " at " + std::string(ev["engine"]) + " sync " + std::to_string(int(ev["sync"]) + 1);
     auto d = engines.down_replicas();
     std::string down;
@@ -570,6 +592,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"update_pattern", o.engine.updates.clustered ? "rows" : "uniform"},
                    {"delta", o.engine.delta},
                    {"anchor_every", o.engine.anchor_every},
+                   {"dedupe_node", o.engine.dedupe_node},
                    {"syncs", o.syncs},
                    {"warmup", o.warmup},
                    {"plans", o.plans_file.empty() ? "recorded" : o.plans_file}};

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/table.hpp"  // fmt_fixed
 #include "engine/internal.hpp"
 
 namespace shardsync {
@@ -39,6 +40,10 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       consumer_side.stashed_readies.clear();
       *start = std::move(m);
       return true;
+    }
+    if (m.type == kMsgShareReady) {  // --dedupe-node: a puller of this node overtook our START
+      consumer_side.share_ready.insert({m.a, m.from});
+      continue;
     }
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
       consumer_side.stood_down = true;
@@ -90,6 +95,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   RangeAllocator arena(consumer_side.landing.size());
   std::map<int32_t, DeviceBuffer> buffers;
   std::map<int32_t, int64_t> group_left = consumer_side.group_copy_bytes;
+  for (const auto& [g, bytes] : sched.shared_group_bytes) group_left[g] -= bytes;  // copied in the node after
   struct InFlight {
     int32_t unit, chunk;
     int trainer;
@@ -236,6 +242,10 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     progressed |= direct.step(st, after_landing);
     CtrlMsg m;
     while (transport->poll(&m)) {
+      if (m.type == kMsgShareReady) {
+        consumer_side.share_ready.insert({m.a, m.from});
+        continue;
+      }
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
       readies.push_back(std::move(m));
       progressed = true;
@@ -285,6 +295,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   if (in_place) {
     int64_t expected = 0;
     for (const auto& [g, bytes] : consumer_side.group_copy_bytes) expected += bytes;
+    expected -= sched.shared_bytes;
     if (packed_landed + direct.bytes() != expected)
       throw Error("consumer: " + std::to_string(packed_landed + direct.bytes()) + " bytes written of the plan's " +
                   std::to_string(expected) + " at the end of the sync");
@@ -303,6 +314,9 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   landing_free.clear();
   buffer_free.clear();
   transport->flush_sends();
+  st.network_bytes = packed_landed + direct.bytes();
+  std::set<int32_t> lost;  // entries whose shared bytes a dead puller never made ready
+  if (opt.dedupe_node) share_in_node(sched, sync_index, st, &lost);
   if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted && direct.first_dst()) {
     uint8_t b = 0;  // test hook, every piece read in one pass: one flipped bit must fail verification
     device->to_host(&b, direct.first_dst(), 1);
@@ -311,11 +325,84 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   }
   stretch_sync_for_test(e, t0);
   st.total_s = now_s() - t0;
-  st.transfer_s = transfer.total();
+  st.transfer_s += transfer.total();  // with the copies in the node
   st.peak_staging_bytes = meter.peak();
   st.delta_kept_bytes = consumer_side.kept.bytes();
-  if (opt.verify) verify(version, st);
+  if (opt.verify) verify(version, st, lost);
   return st;
+}
+
+void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, RankStats& st, std::set<int32_t>* lost) {
+  st.host = host_of_rank.empty() ? -1 : host_of_rank[size_t(world.rank)];
+  // This rank's live weights are complete: its sharers may read them. Sent before waiting on
+  // its own pullers, so that no two ranks wait on each other.
+  for (int r : s.sharers) {
+    CtrlMsg m;
+    m.type = kMsgShareReady;
+    m.a = sync_index;
+    transport->send(r, m);
+    ++st.messages;
+  }
+  // A sharer that died (its replica, which is ours, goes down) never takes its message: the
+  // send is dropped after the failure timeout, so that no later flush waits on it.
+  if (!s.sharers.empty())
+    for (int dead : transport->flush_sends_within(opt.failure_timeout_s)) transport->forget_peer(dead);
+  if (s.shares.empty()) return;
+  // Each puller's SHARE_READY, for at most the failure timeout: a puller that never sends it
+  // has died (its replica, which is ours, goes down with it); its pieces are lost, not wrong.
+  std::set<int> ready;
+  const double t0 = now_s();
+  IdleBackoff backoff;
+  for (;;) {
+    for (int p : s.pullers)
+      if (consumer_side.share_ready.erase({sync_index, p})) ready.insert(p);
+    if (ready.size() == s.pullers.size() || now_s() - t0 > opt.failure_timeout_s) break;
+    CtrlMsg m;
+    if (transport->poll(&m)) {
+      if (m.type != kMsgShareReady) throw Error("consumer: unexpected message " + std::to_string(m.type) + " while copying in the node");
+      consumer_side.share_ready.insert({m.a, m.from});
+      beat();
+      continue;
+    }
+    transport->progress();
+    backoff.pause();
+  }
+  st.wait_s += now_s() - t0;
+  // The copies: one read a contiguous run, from the puller's live weights into ours (the same
+  // offsets of the same parameter), a bounded number in flight.
+  const double t1 = now_s();
+  const std::vector<int64_t>& mine = consumer_side.param_offset;
+  std::deque<std::array<int64_t, 4>> queue;  // peer, remote offset, local offset, bytes
+  for (const Share& sh : s.shares) {
+    const int peer = world_rank_of_local(sh.from);
+    const int32_t ep = consumer_side.plan->entries[size_t(sh.entry)].engine_param;
+    if (!ready.count(peer)) {
+      st.node_lost_bytes += sh.bytes;
+      lost->insert(sh.entry);
+      continue;
+    }
+    const int32_t from_ep = plans.at(size_t(sh.from)).entries[size_t(sh.from_entry)].engine_param;
+    const int64_t src = live_base() + param_offsets(sh.from)[size_t(from_ep)], dst = live_base() + mine[size_t(ep)];
+    for (const auto& [off, bytes] : sh.runs) queue.push_back({peer, src + off, dst + off, bytes});
+    st.node_bytes += sh.bytes;
+  }
+  std::vector<Transport::GetId> in_flight;
+  constexpr size_t kMaxInFlight = 64;
+  while (!queue.empty() || !in_flight.empty()) {
+    while (!queue.empty() && in_flight.size() < kMaxInFlight) {
+      const auto& g = queue.front();
+      in_flight.push_back(transport->get(int(g[0]), size_t(g[1]), size_t(g[2]), size_t(g[3])));
+      ++st.gets;
+      queue.pop_front();
+    }
+    transport->progress();
+    std::erase_if(in_flight, [&](Transport::GetId id) { return transport->test(id); });
+    if (now_s() - t1 > std::max(60.0, 10 * opt.failure_timeout_s))  // a puller gone after its SHARE_READY: an error, not a hang
+      throw Error("consumer rank " + std::to_string(world.rank) + ": copies from its node's pullers did not complete in " +
+                  fmt_fixed(now_s() - t1, 1) + " s");
+  }
+  st.transfer_s += now_s() - t1;
+  beat();
 }
 
 DeviceBuffer& Engines::Impl::layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter) {
@@ -336,11 +423,13 @@ DeviceBuffer& Engines::Impl::layerwise(int32_t group, std::map<int32_t, DeviceBu
   return buf;
 }
 
-void Engines::Impl::verify(uint64_t version, RankStats& st) {
+void Engines::Impl::verify(uint64_t version, RankStats& st, const std::set<int32_t>& skip_entries) {
   PhaseTimer t(st.verify_s);
   std::vector<SynthJob> jobs;
   std::vector<int32_t> job_param;
-  for (const PlanEntry& e : consumer_side.plan->entries) {
+  for (int32_t i = 0; i < int32_t(consumer_side.plan->entries.size()); ++i) {
+    const PlanEntry& e = consumer_side.plan->entries[size_t(i)];
+    if (skip_entries.count(i)) continue;  // bytes lost to a dead puller (node_lost_bytes)
     const EngineParam& ep = consumer_side.plan->params[size_t(e.engine_param)];
     // FP8 on the wire writes no bf16 image of a quantized parameter: verify_fp8 checks it.
     if (consumer_side.fp8_arrived && consumer_side.quant_of_param[size_t(e.engine_param)] >= 0) continue;

@@ -58,6 +58,13 @@ struct SyncOptions {
   // and applies the records (Device::delta_encode, delta_apply), on host or GPU memory.
   bool delta = false;
   int anchor_every = 8;
+  // Node-level dedupe (plan/dedupe.hpp): a piece several inference ranks of one replica on one
+  // node need identically is pulled over the network by one of them and copied from its live
+  // weights by the others (a one-sided read inside the node: shared memory or CUDA IPC), once
+  // the puller's sync is complete. Nodes: host names (SHARDSYNC_FAKE_HOSTS=N pretends N ranks a
+  // host). A sharer whose puller dies reports those bytes lost (its replica goes down with the
+  // puller's); other replicas never depend on it.
+  bool dedupe_node = false;
   // Fault injection for tests: corrupt one received byte / pack one stale tensor at this sync.
   int corrupt_at_sync = -1;
   enum class CorruptIn : uint8_t { kAny, kFp8Code, kFp8Scale } corrupt_in = CorruptIn::kAny;  // where that bit is

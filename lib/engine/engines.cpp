@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/table.hpp"
 #include "engine/internal.hpp"
+#include "transport/transport.hpp"  // host_name
 
 namespace shardsync {
 
@@ -77,7 +78,49 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
             e.numel() * dtype_bytes(consumer_side.plan->params[size_t(e.engine_param)].dtype);
     setup_quant();
   }
+  if (opt.dedupe_node) {
+    // Every rank refuses alike (no collective before).
+    if (world.comm == MPI_COMM_NULL || !opt.rendezvous.empty())
+      throw InputError("--dedupe-node", "on", "not with --rendezvous: a replacement process reaches only the trainers, not the "
+                                              "inference ranks of its node");
+    char mine[64] = {};
+    std::snprintf(mine, sizeof mine, "%s", host_name(world.rank).c_str());
+    std::vector<char> all(size_t(world.size) * sizeof mine);
+    MPI_CHECK(MPI_Allgather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, world.comm));
+    host_of_rank.assign(size_t(world.size), -1);
+    for (int r = 0; r < world.size; ++r)
+      for (int q = 0; q <= r && host_of_rank[size_t(r)] < 0; ++q)
+        if (std::strncmp(all.data() + size_t(q) * sizeof mine, all.data() + size_t(r) * sizeof mine, sizeof mine) == 0)
+          host_of_rank[size_t(r)] = q;
+    // Every replica laid out alike on its nodes: local ranks share a node in each replica
+    // exactly where they do in replica 0 (the shared pieces are per local rank).
+    const int per = inference.layout().ranks_per_replica(), first = world.num_trainers;
+    for (int rep = 1; rep < inference.layout().replicas; ++rep)
+      for (int a = 0; a < per; ++a)
+        for (int b = 0; b < a; ++b) {
+          const bool same0 = host_of_rank[size_t(first + a)] == host_of_rank[size_t(first + b)];
+          const bool same = host_of_rank[size_t(first + rep * per + a)] == host_of_rank[size_t(first + rep * per + b)];
+          if (same != same0)
+            throw InputError("--dedupe-node", "on",
+                             "every replica's ranks laid out alike on the nodes; local ranks " + std::to_string(b) + " and " +
+                                 std::to_string(a) + " share a node in replica " + std::to_string(same0 ? 0 : rep) +
+                                 " but not in replica " + std::to_string(same0 ? rep : 0) + " (world ranks " +
+                                 std::to_string(first + rep * per + b) + ", " + std::to_string(first + rep * per + a) + ")");
+        }
+  }
   if (opt.stall_timeout_s > 0) start_watchdog();
+}
+
+const std::vector<int64_t>& Engines::Impl::param_offsets(int local_rank) {
+  auto it = param_offsets_of_local.find(local_rank);
+  if (it != param_offsets_of_local.end()) return it->second;
+  std::vector<int64_t> off;
+  int64_t at = 0;
+  for (const EngineParam& ep : plans.at(size_t(local_rank)).params) {
+    off.push_back(at);
+    at += ep.bytes();
+  }
+  return param_offsets_of_local.emplace(local_rank, std::move(off)).first->second;
 }
 
 GatherContext Engines::Impl::gather_context() {
@@ -147,8 +190,19 @@ CopyDesc Engines::Impl::fp8_scales_copy(const ChunkPiece& piece) const {
 
 const Routes& Engines::Impl::routes_for(SourcePolicy policy) {
   auto it = routes.find(int(policy));
-  if (it == routes.end())
-    it = routes.emplace(int(policy), route_plans(model, trainer, plans, inference.layout().replicas, policy)).first;
+  if (it == routes.end()) {
+    Routes r = route_plans(model, trainer, plans, inference.layout().replicas, policy);
+    if (opt.dedupe_node) {
+      std::vector<int> host_of_local;
+      for (int l = 0; l < inference.layout().ranks_per_replica(); ++l) host_of_local.push_back(host_of_rank[size_t(world.num_trainers + l)]);
+      // An FP8 target's quantized weights are not shared (the sharer's process step quantizes
+      // what landed; the codes and scales are not in the live bf16 weights a sharer reads).
+      const bool fp8 = inference.layout().quant != Quant::kNone;
+      dedupes[int(policy)] = dedupe_node(model, plans, inference.layout().replicas, r, host_of_local,
+                                         [&](int32_t hf) { return !(fp8 && fp8_quantized_hf(model.param(hf))); });
+    }
+    it = routes.emplace(int(policy), std::move(r)).first;
+  }
   return it->second;
 }
 
@@ -223,6 +277,20 @@ const ConsumerSchedule& Engines::Impl::consumer_schedule(EngineKind e) {
         s.num_chunks += int64_t(s.chunks[u].back().second.size());
       }
     }
+    if (opt.dedupe_node) {
+      const NodeDedupe& d = dedupes.at(int(source_policy(e)));
+      const int L = world.local_rank;
+      s.shares = d.shares[size_t(L)];
+      std::set<int> pullers;
+      for (const Share& sh : s.shares) {
+        const int32_t ep = consumer_side.plan->entries[size_t(sh.entry)].engine_param;
+        s.shared_group_bytes[consumer_side.group_of_param[size_t(ep)]] += sh.bytes;
+        s.shared_bytes += sh.bytes;
+        pullers.insert(world_rank_of_local(sh.from));
+      }
+      s.pullers.assign(pullers.begin(), pullers.end());
+      for (int l : d.sharers[size_t(L)]) s.sharers.push_back(world_rank_of_local(l));
+    }
     return s;
   });
 }
@@ -248,6 +316,10 @@ double Engines::bootstrap() {
   } else {
     reg.landing_base = impl_->consumer_side.registered.data();
     reg.landing_bytes = size_t(impl_->consumer_side.registered.size());
+    if (impl_->opt.dedupe_node) {  // the ranks of its node read its live weights
+      reg.export_base = reg.landing_base;
+      reg.export_bytes = reg.landing_bytes;
+    }
   }
   impl_->transport->bootstrap(impl_->world.comm, reg);
   impl_->publish_contact();

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "engine/collectives.hpp"
@@ -17,6 +18,7 @@
 #include "engine/pipeline.hpp"
 #include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
+#include "plan/dedupe.hpp"
 #include "plan/quant.hpp"
 
 namespace shardsync {
@@ -32,6 +34,7 @@ enum MsgType : uint32_t {
   kMsgJoin = 8,       // a replacement for a dead rank; payload = contact bytes + fingerprint
   kMsgReject = 9,     // to a replacement: not taken; payload = the reason
   kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
+  kMsgShareReady = 11,  // --dedupe-node, puller to its sharers: a = sync index; its live weights are complete
 };
 
 // How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
@@ -59,6 +62,12 @@ struct ConsumerSchedule : UnitSchedule {
   // One-pass reads (not requested): per trainer, every piece it reads itself, in unit order.
   std::map<int, std::vector<ChunkPiece>> direct;
   int64_t direct_bytes = 0;
+  // --dedupe-node: pieces copied from a rank of this node (not pulled), their bytes per weight
+  // group and in all; the world ranks this rank copies from, and those that copy from it.
+  std::vector<Share> shares;
+  std::map<int32_t, int64_t> shared_group_bytes;
+  int64_t shared_bytes = 0;
+  std::vector<int> pullers, sharers;
 };
 
 // The producer's view of one engine.
@@ -155,6 +164,8 @@ struct ConsumerSide {
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
   std::deque<CtrlMsg> stashed_readies;
+  // --dedupe-node: SHARE_READYs seen, as (sync index, world rank of the puller).
+  std::set<std::pair<int, int>> share_ready;
   bool stood_down = false, finish_seen = false, finish_degraded = false;
 };
 
@@ -230,6 +241,19 @@ struct Engines::Impl {
   int64_t chunk_bytes = 0;
   std::unique_ptr<GroupComm> bcast_comm;  // rank 0 + every inference rank (broadcast baseline)
   std::map<int, Routes> routes;           // by source policy
+  // --dedupe-node: each world rank's node (the lowest world rank on its host), the assignment
+  // of shared pieces per source policy (applied to `routes`), and each local rank's parameter
+  // offsets in its live weights (where a sharer reads its puller's).
+  std::vector<int> host_of_rank;
+  std::map<int, NodeDedupe> dedupes;
+  std::map<int, std::vector<int64_t>> param_offsets_of_local;
+  const std::vector<int64_t>& param_offsets(int local_rank);
+  int world_rank_of_local(int local_rank) const {  // in this rank's replica
+    return world.num_trainers + world.replica * inference.layout().ranks_per_replica() + local_rank;
+  }
+  // --dedupe-node: the consumer's copies from its node's pullers after its own pulls (and its
+  // SHARE_READYs to its sharers); entries whose bytes were lost to a dead puller go to `lost`.
+  void share_in_node(const ConsumerSchedule& s, int sync_index, RankStats& st, std::set<int32_t>* lost);
   OnePass one_pass = OnePass::kOff;
   std::map<int, WeightsLayout> trainer_weights;  // consumers: layouts of the trainers they read
 
@@ -291,7 +315,7 @@ struct Engines::Impl {
   RankStats run_consumer(EngineKind e, int sync_index, uint64_t version);
   RankStats run_broadcast_trainer(int sync_index, uint64_t version);
   RankStats run_broadcast_consumer(int sync_index, uint64_t version);
-  void verify(uint64_t version, RankStats& st);
+  void verify(uint64_t version, RankStats& st, const std::set<int32_t>& skip_entries = {});
   // FP8 targets (quantize.cpp): the live FP8 weights; the quantization of a group's (every
   // group's: -1) quantized parameters whose bf16 values lie at bf16 + param_offset - bf16_offset,
   // into the live FP8 weights or into codes/scales (one parameter's, only_param); the process

@@ -47,6 +47,14 @@ struct RankStats {
   int64_t delta_chunks = 0;
   double delta_detect_s = 0;
   int64_t delta_kept_bytes = 0;
+  // Consumer: the plan's bytes it pulled from the trainers (packed and one pass, the payload of
+  // bytes_in), and with --dedupe-node the bytes it copied from a rank of its node instead, and
+  // those it could not (its puller died; not verified). host: its node (the lowest world rank
+  // on that host), -1 when unknown.
+  int64_t network_bytes = 0;
+  int64_t node_bytes = 0;
+  int64_t node_lost_bytes = 0;
+  int32_t host = -1;
 };
 
 // A replacement process took a dead rank's place (rank 0's record).

@@ -43,6 +43,8 @@ EngineSummary summarize(const EngineRun& run) {
   std::vector<double> times, gather, pack, transfer, process, quantize, quantize_tr, wait, verify, rank_bw, tpeak, cpeak;
   int64_t moved = 0, one_pass = 0, messages = 0, gets = 0;
   int64_t full = 0, index = 0, whole = 0, chunks = 0;
+  int64_t network = 0, node = 0, lost = 0;
+  std::map<int, int64_t> host_network;  // --dedupe-node: node -> network bytes, all timed syncs
   std::vector<double> detect;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
@@ -77,6 +79,10 @@ EngineSummary summarize(const EngineRun& run) {
         whole += r.delta_whole_chunks;
         chunks += r.delta_chunks;
         s.consumer_kept_bytes = std::max(s.consumer_kept_bytes, r.delta_kept_bytes);
+        network += r.network_bytes;
+        node += r.node_bytes;
+        lost += r.node_lost_bytes;
+        if (r.host >= 0) host_network[r.host] += r.network_bytes;
       }
     }
     times.push_back(t);
@@ -103,6 +109,10 @@ EngineSummary summarize(const EngineRun& run) {
   s.delta_whole_chunks = whole / n;
   s.delta_chunks = chunks / n;
   s.delta_detect_s = mean(detect);
+  s.network_bytes = network / n;
+  s.node_bytes = node / n;
+  s.node_lost_bytes = lost / n;
+  for (const auto& [h, b] : host_network) s.host_network_bytes.emplace_back(h, b / n);
   return s;
 }
 
@@ -123,6 +133,14 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
     cols.push_back({"of_full", "%"});
     cols.push_back({"index", "MB"});
     cols.push_back({"detect", "s"});
+  }
+  // --dedupe-node: the plan's bytes over the network and copied inside the nodes, and the
+  // busiest node's network bytes.
+  const bool dedupe = std::any_of(rows.begin(), rows.end(), [](const EngineSummary& r) { return !r.host_network_bytes.empty(); });
+  if (dedupe) {
+    cols.push_back({"network", "MB"});
+    cols.push_back({"in_node", "MB"});
+    cols.push_back({"node_max", "MB"});
   }
   Table t(cols);
   if (!title.empty()) t.add_title(title);
@@ -147,6 +165,14 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
       cells.push_back(d && r.delta_full_bytes > 0 ? fmt_fixed(100.0 * double(r.bytes_moved) / double(r.delta_full_bytes), 2) : "-");
       cells.push_back(d ? fmt_fixed(double(r.delta_index_bytes) / 1e6, 3) : "-");
       cells.push_back(d ? f(r.delta_detect_s) : "-");
+    }
+    if (dedupe) {
+      const bool d = !r.host_network_bytes.empty();
+      int64_t busiest = 0;
+      for (const auto& [h, b] : r.host_network_bytes) busiest = std::max(busiest, b);
+      cells.push_back(d ? fmt_fixed(double(r.network_bytes) / 1e6, 3) : "-");
+      cells.push_back(d ? fmt_fixed(double(r.node_bytes) / 1e6, 3) : "-");
+      cells.push_back(d ? fmt_fixed(double(busiest) / 1e6, 3) : "-");
     }
     t.add_row(cells);
   }
@@ -180,7 +206,15 @@ nlohmann::json summary_json(const EngineSummary& s) {
                      {"chunks", s.delta_chunks},
                      {"detect_s", s.delta_detect_s},
                      {"trainer_kept_bytes", s.trainer_kept_bytes},
-                     {"inference_kept_bytes", s.consumer_kept_bytes}}}};
+                     {"inference_kept_bytes", s.consumer_kept_bytes}}},
+          {"network_bytes", s.network_bytes},
+          {"node_bytes", s.node_bytes},
+          {"node_lost_bytes", s.node_lost_bytes},
+          {"host_network_bytes", [&] {
+             nlohmann::json h = nlohmann::json::array();
+             for (const auto& [host, b] : s.host_network_bytes) h.push_back({{"host", host}, {"network_bytes", b}});
+             return h;
+           }()}};
 }
 
 nlohmann::json run_json(const EngineRun& run) {
@@ -218,6 +252,10 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"delta_whole_chunks", r.delta_whole_chunks},
                        {"delta_detect_s", r.delta_detect_s},
                        {"delta_kept_bytes", r.delta_kept_bytes},
+                       {"network_bytes", r.network_bytes},
+                       {"node_bytes", r.node_bytes},
+                       {"node_lost_bytes", r.node_lost_bytes},
+                       {"host", r.host},
                        {"mismatches", r.mismatches}});
     }
     syncs.push_back({{"index", k}, {"warmup", int(k) < run.warmup}, {"time_s", t}, {"ranks", ranks}});

@@ -46,6 +46,12 @@ struct EngineSummary {
   int64_t delta_full_bytes = 0, delta_index_bytes = 0, delta_whole_chunks = 0, delta_chunks = 0;
   double delta_detect_s = 0;
   int64_t trainer_kept_bytes = 0, consumer_kept_bytes = 0;
+  // Per timed sync over all inference ranks: the plan's bytes pulled from the trainers (the
+  // payload of bytes_moved), and with --dedupe-node those copied inside a node instead and those
+  // lost to a dead puller; per node (the lowest world rank on its host; --dedupe-node runs
+  // only), its ranks' network bytes.
+  int64_t network_bytes = 0, node_bytes = 0, node_lost_bytes = 0;
+  std::vector<std::pair<int, int64_t>> host_network_bytes;
 };
 
 EngineSummary summarize(const EngineRun& run);

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "device/delta.hpp"
+#include "plan/dedupe.hpp"
 #include "plan/quant.hpp"
 
 namespace shardsync {
@@ -96,67 +97,43 @@ int Simulator::inference_gpu(int rank) const {
 std::vector<std::vector<Simulator::Flow>> Simulator::flows(SourcePolicy policy) const {
   std::vector<std::vector<Flow>> out(model_.params().size());
   Routes routes = route_plans(model_, trainer_, plans_, inference_.layout().replicas, policy);
-  const int per = inference_.layout().ranks_per_replica();
-  // Dedupe: a piece is the same for two ranks when its entry reads the same elements of the HF
-  // tensor in the same order and it is the same piece of that entry (routes cut equal entries
-  // alike). Key: (entry's source side, piece ordinal, piece size) -> an id.
-  using SourceKey = std::tuple<int32_t, int64_t, int64_t, std::vector<std::pair<int64_t, int64_t>>, int, int64_t>;
-  std::map<SourceKey, int64_t> ids;
-  struct Piece {
-    int32_t hf;
-    int64_t id;
-    Flow flow;
-  };
-  std::vector<Piece> pieces;
+  const int per = inference_.layout().ranks_per_replica(), replicas = inference_.layout().replicas;
+  // Dedupe: the engines' assignment (plan/dedupe.hpp), on this cluster's nodes; every replica
+  // laid out alike, as the engines require.
+  NodeDedupe dedupe;
+  if (bytes_.dedupe_node) {
+    std::vector<int> host_of_local;
+    for (int l = 0; l < per; ++l) host_of_local.push_back(node_of(inference_gpu(l)));
+    for (int rep = 1; rep < replicas; ++rep)
+      for (int a = 0; a < per; ++a)
+        for (int b = 0; b < a; ++b)
+          if ((node_of(inference_gpu(rep * per + a)) == node_of(inference_gpu(rep * per + b))) !=
+              (host_of_local[size_t(a)] == host_of_local[size_t(b)]))
+            throw InputError("--dedupe-node", "on", "every replica's ranks laid out alike on the cluster's nodes (" +
+                                                        std::to_string(cluster_.gpus_per_node) + " GPUs a node); replica " +
+                                                        std::to_string(rep) + " is not");
+    const bool fp8 = inference_.layout().quant != Quant::kNone;
+    dedupe = dedupe_node(model_, plans_, replicas, routes, host_of_local,
+                         [&](int32_t hf) { return !(fp8 && fp8_quantized_hf(model_.param(hf))); });
+  }
   for (const RankPlan& p : plans_) {
-    int32_t last_entry = -1;
-    int ordinal = 0;
     for (const Pull& pull : routes.pulls[size_t(p.local_rank)]) {
       const PlanEntry& e = p.entries[size_t(pull.entry)];
-      ordinal = pull.entry == last_entry ? ordinal + 1 : 0;
-      last_entry = pull.entry;
       const ParamMeta& meta = model_.param(e.hf_param);
       const int64_t full = wire_bytes(meta, pull.copy.numel);
       int64_t bytes = full;
       if (bytes_.delta)
         bytes = std::llround(expected_delta_bytes(double(full), dtype_bytes(meta.dtype), contiguous_run(pull.copy),
                                                   meta.shape.empty() ? 1 : meta.shape.back(), bytes_.updates));
-      int64_t id = -1;
-      if (bytes_.dedupe_node) {
-        std::vector<std::pair<int64_t, int64_t>> dims;
-        for (const CopyDim& d : e.copy.dims) dims.emplace_back(d.size, d.src_stride);
-        SourceKey key{e.hf_param, e.copy.src_offset, e.copy.numel, std::move(dims), ordinal, pull.copy.numel};
-        id = ids.emplace(std::move(key), int64_t(ids.size())).first->second;
-      }
-      for (int rep = 0; rep < inference_.layout().replicas; ++rep) {
-        const Flow flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes, full};
-        if (bytes_.dedupe_node) pieces.push_back(Piece{e.hf_param, id, flow});
-        else out[size_t(e.hf_param)].push_back(flow);
-      }
+      for (int rep = 0; rep < replicas; ++rep)
+        out[size_t(e.hf_param)].push_back(Flow{trainer_gpu(pull.trainer_rank), inference_gpu(rep * per + p.local_rank), bytes, full});
     }
-  }
-  if (!bytes_.dedupe_node) return out;
-  // Per (node, piece): the rank among those that need it with the fewest network bytes so far
-  // pulls it; the others copy it from that rank inside the node. Pieces in HF tensor order.
-  std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.hf < b.hf; });
-  std::map<int, int64_t> pulled;  // GPU -> network bytes so far
-  size_t i = 0;
-  while (i < pieces.size()) {
-    size_t j = i;
-    while (j < pieces.size() && pieces[j].hf == pieces[i].hf) ++j;
-    std::map<std::pair<int, int64_t>, std::vector<size_t>> needers;  // (node, piece id) -> pieces
-    for (size_t k = i; k < j; ++k) needers[{node_of(pieces[k].flow.dst), pieces[k].id}].push_back(k);
-    for (auto& [where, ks] : needers) {
-      size_t puller = ks.front();
-      for (size_t k : ks)
-        if (pulled[pieces[k].flow.dst] < pulled[pieces[puller].flow.dst]) puller = k;
-      const Flow& net = pieces[puller].flow;
-      pulled[net.dst] += net.bytes;
-      out[size_t(pieces[puller].hf)].push_back(net);
-      for (size_t k : ks)
-        if (k != puller) out[size_t(pieces[k].hf)].push_back(Flow{net.dst, pieces[k].flow.dst, net.bytes, net.full, true});
-    }
-    i = j;
+    // A shared piece: a copy of the final bytes (whole, delta or not) from the puller inside the node.
+    if (bytes_.dedupe_node)
+      for (const Share& sh : dedupe.shares[size_t(p.local_rank)])
+        for (int rep = 0; rep < replicas; ++rep)
+          out[size_t(p.entries[size_t(sh.entry)].hf_param)].push_back(
+              Flow{inference_gpu(rep * per + sh.from), inference_gpu(rep * per + p.local_rank), sh.bytes, sh.bytes, true});
   }
   return out;
 }
@@ -271,6 +248,14 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   const ClusterSpec& c = cluster_;
   const SourcePolicy policy = engine.source;
   std::vector<std::vector<Flow>> f = flows(policy == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : policy);
+  // Dedupe's copies inside a node come after the pulls, as in the engines (a sharer copies
+  // once its puller's sync is complete): a phase of their own at the end.
+  std::vector<Flow> in_node;
+  for (auto& x : f) {
+    for (const Flow& y : x)
+      if (y.shared) in_node.push_back(y);
+    std::erase_if(x, [](const Flow& y) { return y.shared; });
+  }
   const int64_t num_tensors = int64_t(model_.params().size());
   r.tensors = num_tensors;
   for (const auto& x : f) r.pulls += int64_t(x.size());
@@ -429,14 +414,18 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   const double quantize = quantize_pass_s();
   r.process_s += quantize;
   r.total_s += quantize;
+  if (!in_node.empty()) {
+    int64_t nvlink = 0, ib = 0;
+    const double share = phase_time(in_node, &nvlink, &ib);
+    r.transfer_s += share;
+    r.total_s += share;
+    r.bytes_nvlink += nvlink;
+    for (const Flow& y : in_node) r.bytes_in_node += y.bytes;
+  }
   if (engine.delivery == Delivery::kPull) {
     std::map<int, int64_t> node_in;
     for (const auto& x : f)
       for (const Flow& y : x) {
-        if (y.shared) {
-          r.bytes_in_node += y.bytes;
-          continue;
-        }
         r.bytes_moved += y.bytes;
         r.bytes_full += y.full;
         if (node_of(y.src) != node_of(y.dst)) node_in[node_of(y.dst)] += y.bytes;

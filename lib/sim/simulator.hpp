@@ -20,9 +20,9 @@ namespace shardsync {
 struct SimBytes {
   // FP8 target only: trainers send e4m3fn codes and fp32 scales (fp8_wire_bytes).
   bool fp8_wire = false;
-  // --dedupe-node: a piece that several inference ranks of one node need identically (same HF
-  // tensor, same elements, same order) crosses the network once, to the rank of those with the
-  // fewest network bytes so far, and is copied from there to the others inside the node.
+  // --dedupe-node: the engines' assignment (plan/dedupe.hpp): a piece that several inference
+  // ranks of one replica on one node need identically crosses the network once, and is copied
+  // from its puller to the others inside the node in a phase after the pulls (whole bytes).
   bool dedupe_node = false;
   // --delta: a sync between anchors, each chunk sent as device/delta.hpp's record of what changed
   // under `updates` (its expected size: the index plus the changed words), and trainers compare

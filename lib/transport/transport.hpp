@@ -42,7 +42,7 @@ struct CtrlMsg {
 
 // What a rank exposes and where it lands data; registered once at start-up.
 struct Registration {
-  void* export_base = nullptr;  // peers read from here (a trainer's send buffer); may be null
+  void* export_base = nullptr;  // peers read from here (a trainer's send buffer and weights; with --dedupe-node, an inference rank's landing region too); may be null
   size_t export_bytes = 0;
   void* landing_base = nullptr;  // this rank's gets land here (a consumer's receive buffer)
   size_t landing_bytes = 0;

@@ -119,6 +119,26 @@ grep -E "^# v3 sync [0-9]+/" "$log" | grep -vq " 0 wrong" && fail "a sync had wr
 grep -qE "^  v3 +[0-9]+ .* 0 +-( |$)" "$log" || fail "no v3 summary row with 0 wrong"
 [[ -s "$dir/out.json" ]] || fail "no JSON result"
 
+if [[ " ${more[*]} " == *" --dedupe-node "* && $mode == selfkill ]]; then
+  # Node-level dedupe (SHARDSYNC_FAKE_HOSTS=2: each replica's two ranks share a node): world rank 5
+  # pulled some of rank 4's shared bytes; they are reported lost (not wrong) at the sync it died
+  # in, and replica 0's ranks, which share only with each other, copied theirs at every sync.
+  python3 - "$dir/out.json" <<'EOF' || fail "dedupe: the JSON does not show the lost bytes and replica 0's copies"
+import json, sys
+j = json.load(open(sys.argv[1]))
+lost = [e for e in j["events"] if e["event"] == "node_bytes_lost"]
+ok = len(lost) == 1 and lost[0]["rank"] == 4 and lost[0]["bytes"] > 0
+for s in j["engines"][0]["syncs"]:
+    for r in s["ranks"]:
+        if r["rank"] in (2, 3):
+            ok = ok and r["reported"] and r["node_bytes"] > 0 and r["node_lost_bytes"] == 0 and r["mismatches"] == 0
+print("dedupe: lost", lost)
+sys.exit(0 if ok else 1)
+EOF
+  grep -qE "^# v3 sync 3/5: .* 0 wrong.*, rank 4 lost [0-9]+ bytes to a dead puller in its node" "$log" ||
+    fail "dedupe: no progress line naming rank 4's lost bytes"
+fi
+
 if [[ $mode == straggler ]]; then
   grep -q "replicas down" "$log" && fail "a merely slow replica was taken down"
   line=$(grep "v3 replica completion" "$log") || fail "no replica completion line"
@@ -152,7 +172,7 @@ sys.exit(0 if ok else 1)
 EOF
   echo "ok: replica 1 down at sync 3, rank 5 replaced and verified, every replica up through sync $syncs/$syncs"
 else
-  grep -qE "^# failures: replica 1 down at v3 sync [0-9]+; replicas 1 down at the end" "$log" || fail "replica 1 not reported down"
+  grep -qE "^# failures: replica 1 down at v3 sync [0-9]+; (rank 4 lost [0-9]+ bytes of its node's copies at v3 sync [0-9]+; )?replicas 1 down at the end" "$log" || fail "replica 1 not reported down"
   grep -qE "^# v3 sync ${syncs}/${syncs}: .* 0 wrong, replicas down: 1$" "$log" || fail "last sync not verified with replica 1 down"
   python3 - "$dir/out.json" <<'EOF' || fail "JSON lacks replicas_down [1]"
 import json, sys

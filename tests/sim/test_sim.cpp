@@ -189,11 +189,14 @@ TEST(Sim, DedupeNodeNetworkBytesMatchTheArithmetic) {
     EXPECT_EQ(dd.bytes_moved, 2 * replicated + experts) << engine_name(e);
     EXPECT_EQ(dd.bytes_in_node, 2 * 7 * replicated) << engine_name(e);
     EXPECT_EQ(dd.bytes_full, dd.bytes_moved) << engine_name(e);
-    // Time: each GPU has its own NIC here, so only the grouped engines, whose phases hold many
-    // tensors, gain from spreading the pulls over a node's NICs (the trainers' NICs still bound
-    // them); v1 and v2 (a tensor at a time) take one tensor's copy over one NIC either way.
-    if (engine_spec(e).sim == SimModel::kGroupPipeline) EXPECT_LT(dd.transfer_s, full.transfer_s) << engine_name(e);
-    else EXPECT_LE(dd.transfer_s, full.transfer_s) << engine_name(e);
+    // Time: the copies inside the nodes are a phase after the pulls (as in the engines: a sharer
+    // copies once its puller's sync is complete), so the sync takes at least the pulls' time and
+    // that phase; the grouped engines' pulls, whose phases hold many tensors, gain from fewer
+    // bytes over each NIC enough to more than pay for it in the transfer time.
+    EXPECT_GT(dd.total_s, 0) << engine_name(e);
+    if (engine_spec(e).sim == SimModel::kGroupPipeline) {
+      EXPECT_LT(dd.transfer_s, full.transfer_s) << engine_name(e);
+    }
   }
   // The issue's own figures: 355 GB a node without dedupe, 243 GB with it.
   const double per_node_full = double(8 * replicated + experts / 2) / 1e9, per_node_dd = double(replicated + experts / 2) / 1e9;
@@ -206,14 +209,21 @@ TEST(Sim, DedupeNodeNetworkBytesMatchTheArithmetic) {
   EXPECT_EQ(one.bytes_moved, 16 * replicated + experts);
 }
 
-// Which rank of a node pulls a shared piece is balanced: no rank takes in much more than its share.
-TEST(Sim, DedupeNodeSpreadsThePullsOverTheNodesRanks) {
-  SimCase s("tiny-qwen3", "tp1", "tp1", 8);  // 8 replicas of one rank: every tensor needed by all 8
+// Dedupe never crosses replicas (plan/dedupe.hpp): 8 replicas of one rank on a node each pull
+// the whole model; one replica of 8 DP ranks shares its replicated weights.
+TEST(Sim, DedupeNodeSharesWithinAReplicaOnly) {
   ClusterSpec c = load_cluster("h100-ib400");
-  const SimResult dd = Simulator(s.model, s.trainer, s.inference, s.plans, c, sim_bytes(false, true)).run(EngineKind::kV3);
-  EXPECT_EQ(dd.bytes_moved, s.model.total_bytes());
-  EXPECT_EQ(dd.bytes_in_node, 7 * s.model.total_bytes());
-  EXPECT_EQ(dd.node_ingress_max, s.model.total_bytes());
+  SimCase replicas("tiny-qwen3", "tp1", "tp1", 8);
+  const SimResult r = Simulator(replicas.model, replicas.trainer, replicas.inference, replicas.plans, c, sim_bytes(false, true))
+                          .run(EngineKind::kV3);
+  EXPECT_EQ(r.bytes_moved, 8 * replicas.model.total_bytes());
+  EXPECT_EQ(r.bytes_in_node, 0);
+  SimCase dp("tiny-qwen3-moe", "tp1", "dp8,ep8", 1);
+  int64_t replicated = 0, experts = 0;
+  for (const ParamMeta& p : dp.model.params()) (is_expert_tensor(p.kind) ? experts : replicated) += p.bytes();
+  const SimResult d = Simulator(dp.model, dp.trainer, dp.inference, dp.plans, c, sim_bytes(false, true)).run(EngineKind::kV3);
+  EXPECT_EQ(d.bytes_moved, replicated + experts);
+  EXPECT_EQ(d.bytes_in_node, 7 * replicated);
 }
 
 // The delta model's expected record sizes at the densities the tests and benchmarks use.
