@@ -45,6 +45,7 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       consumer_side.share_ready.insert({m.a, m.from});
       continue;
     }
+    if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it: nothing owed
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
       consumer_side.stood_down = true;
       return false;
@@ -246,6 +247,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         consumer_side.share_ready.insert({m.a, m.from});
         continue;
       }
+      if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
       readies.push_back(std::move(m));
       progressed = true;
@@ -334,74 +336,88 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
 
 void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, RankStats& st, std::set<int32_t>* lost) {
   st.host = host_of_rank.empty() ? -1 : host_of_rank[size_t(world.rank)];
+  auto send_all = [&](const std::vector<int>& to, uint32_t type) {
+    for (int r : to) {
+      CtrlMsg m;
+      m.type = type;
+      m.a = sync_index;
+      transport->send(r, m);
+      ++st.messages;
+    }
+  };
+  // Waits until `want` holds every rank of `from` for this sync (messages of either kind kept
+  // as they come), for at most the failure timeout; returns those seen. A rank that stays
+  // silent has died: its replica, which is ours, goes down with it.
+  auto await = [&](const std::vector<int>& from, std::set<std::pair<int, int>>& want) {
+    std::set<int> seen;
+    const double t0 = now_s();
+    IdleBackoff backoff;
+    for (;;) {
+      for (int p : from)
+        if (want.erase({sync_index, p})) seen.insert(p);
+      if (seen.size() == from.size() || now_s() - t0 > opt.failure_timeout_s) break;
+      CtrlMsg m;
+      if (transport->poll(&m)) {
+        if (m.type == kMsgShareReady) consumer_side.share_ready.insert({m.a, m.from});
+        else if (m.type == kMsgShareDone) consumer_side.share_done.insert({m.a, m.from});
+        else throw Error("consumer: unexpected message " + std::to_string(m.type) + " while copying in the node");
+        beat();
+        continue;
+      }
+      transport->progress();
+      backoff.pause();
+    }
+    st.wait_s += now_s() - t0;
+    return seen;
+  };
   // This rank's live weights are complete: its sharers may read them. Sent before waiting on
-  // its own pullers, so that no two ranks wait on each other.
-  for (int r : s.sharers) {
-    CtrlMsg m;
-    m.type = kMsgShareReady;
-    m.a = sync_index;
-    transport->send(r, m);
-    ++st.messages;
-  }
-  // A sharer that died (its replica, which is ours, goes down) never takes its message: the
-  // send is dropped after the failure timeout, so that no later flush waits on it.
+  // its own pullers, so that no two ranks wait on each other. A sharer that died never takes
+  // its message: the send is dropped after the failure timeout, so that no later flush waits.
+  send_all(s.sharers, kMsgShareReady);
   if (!s.sharers.empty())
     for (int dead : transport->flush_sends_within(opt.failure_timeout_s)) transport->forget_peer(dead);
-  if (s.shares.empty()) return;
-  // Each puller's SHARE_READY, for at most the failure timeout: a puller that never sends it
-  // has died (its replica, which is ours, goes down with it); its pieces are lost, not wrong.
-  std::set<int> ready;
-  const double t0 = now_s();
-  IdleBackoff backoff;
-  for (;;) {
-    for (int p : s.pullers)
-      if (consumer_side.share_ready.erase({sync_index, p})) ready.insert(p);
-    if (ready.size() == s.pullers.size() || now_s() - t0 > opt.failure_timeout_s) break;
-    CtrlMsg m;
-    if (transport->poll(&m)) {
-      if (m.type != kMsgShareReady) throw Error("consumer: unexpected message " + std::to_string(m.type) + " while copying in the node");
-      consumer_side.share_ready.insert({m.a, m.from});
-      beat();
-      continue;
+  if (!s.shares.empty()) {
+    const std::set<int> ready = await(s.pullers, consumer_side.share_ready);
+    // The copies: one read a contiguous run, from the puller's live weights into ours (the same
+    // offsets of the same parameter), a bounded number in flight.
+    const double t1 = now_s();
+    const std::vector<int64_t>& mine = consumer_side.param_offset;
+    std::deque<std::array<int64_t, 4>> queue;  // peer, remote offset, local offset, bytes
+    for (const Share& sh : s.shares) {
+      const int peer = world_rank_of_local(sh.from);
+      const int32_t ep = consumer_side.plan->entries[size_t(sh.entry)].engine_param;
+      if (!ready.count(peer)) {  // its pieces are lost, not wrong
+        st.node_lost_bytes += sh.bytes;
+        lost->insert(sh.entry);
+        continue;
+      }
+      const int32_t from_ep = plans.at(size_t(sh.from)).entries[size_t(sh.from_entry)].engine_param;
+      const int64_t src = live_base() + param_offsets(sh.from)[size_t(from_ep)], dst = live_base() + mine[size_t(ep)];
+      for (const auto& [off, bytes] : sh.runs) queue.push_back({peer, src + off, dst + off, bytes});
+      st.node_bytes += sh.bytes;
     }
-    transport->progress();
-    backoff.pause();
-  }
-  st.wait_s += now_s() - t0;
-  // The copies: one read a contiguous run, from the puller's live weights into ours (the same
-  // offsets of the same parameter), a bounded number in flight.
-  const double t1 = now_s();
-  const std::vector<int64_t>& mine = consumer_side.param_offset;
-  std::deque<std::array<int64_t, 4>> queue;  // peer, remote offset, local offset, bytes
-  for (const Share& sh : s.shares) {
-    const int peer = world_rank_of_local(sh.from);
-    const int32_t ep = consumer_side.plan->entries[size_t(sh.entry)].engine_param;
-    if (!ready.count(peer)) {
-      st.node_lost_bytes += sh.bytes;
-      lost->insert(sh.entry);
-      continue;
+    std::vector<Transport::GetId> in_flight;
+    constexpr size_t kMaxInFlight = 64;
+    while (!queue.empty() || !in_flight.empty()) {
+      while (!queue.empty() && in_flight.size() < kMaxInFlight) {
+        const auto& g = queue.front();
+        in_flight.push_back(transport->get(int(g[0]), size_t(g[1]), size_t(g[2]), size_t(g[3])));
+        ++st.gets;
+        queue.pop_front();
+      }
+      transport->progress();
+      std::erase_if(in_flight, [&](Transport::GetId id) { return transport->test(id); });
+      if (now_s() - t1 > std::max(60.0, 10 * opt.failure_timeout_s))  // a puller gone after its SHARE_READY: an error, not a hang
+        throw Error("consumer rank " + std::to_string(world.rank) + ": copies from its node's pullers did not complete in " +
+                    fmt_fixed(now_s() - t1, 1) + " s");
     }
-    const int32_t from_ep = plans.at(size_t(sh.from)).entries[size_t(sh.from_entry)].engine_param;
-    const int64_t src = live_base() + param_offsets(sh.from)[size_t(from_ep)], dst = live_base() + mine[size_t(ep)];
-    for (const auto& [off, bytes] : sh.runs) queue.push_back({peer, src + off, dst + off, bytes});
-    st.node_bytes += sh.bytes;
+    st.transfer_s += now_s() - t1;
+    // Our pullers may leave the sync: a transport whose reads need the target's progress (UCX
+    // emulating gets with active messages, MPI RMA without a progress thread) is served by
+    // pullers that keep progressing until their sharers are done.
+    send_all(std::vector<int>(ready.begin(), ready.end()), kMsgShareDone);
   }
-  std::vector<Transport::GetId> in_flight;
-  constexpr size_t kMaxInFlight = 64;
-  while (!queue.empty() || !in_flight.empty()) {
-    while (!queue.empty() && in_flight.size() < kMaxInFlight) {
-      const auto& g = queue.front();
-      in_flight.push_back(transport->get(int(g[0]), size_t(g[1]), size_t(g[2]), size_t(g[3])));
-      ++st.gets;
-      queue.pop_front();
-    }
-    transport->progress();
-    std::erase_if(in_flight, [&](Transport::GetId id) { return transport->test(id); });
-    if (now_s() - t1 > std::max(60.0, 10 * opt.failure_timeout_s))  // a puller gone after its SHARE_READY: an error, not a hang
-      throw Error("consumer rank " + std::to_string(world.rank) + ": copies from its node's pullers did not complete in " +
-                  fmt_fixed(now_s() - t1, 1) + " s");
-  }
-  st.transfer_s += now_s() - t1;
+  if (!s.sharers.empty()) await(s.sharers, consumer_side.share_done);
   beat();
 }
 

@@ -35,6 +35,7 @@ enum MsgType : uint32_t {
   kMsgReject = 9,     // to a replacement: not taken; payload = the reason
   kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
   kMsgShareReady = 11,  // --dedupe-node, puller to its sharers: a = sync index; its live weights are complete
+  kMsgShareDone = 12,   // --dedupe-node, sharer to its pullers: a = sync index; its copies from them are done
 };
 
 // How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
@@ -164,8 +165,8 @@ struct ConsumerSide {
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
   std::deque<CtrlMsg> stashed_readies;
-  // --dedupe-node: SHARE_READYs seen, as (sync index, world rank of the puller).
-  std::set<std::pair<int, int>> share_ready;
+  // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender).
+  std::set<std::pair<int, int>> share_ready, share_done;
   bool stood_down = false, finish_seen = false, finish_degraded = false;
 };
 
