@@ -46,6 +46,10 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       continue;
     }
     if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it: nothing owed
+    if (m.type == kMsgShareAlive) {
+      consumer_side.share_alive[m.from] = now_s();
+      continue;
+    }
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
       consumer_side.stood_down = true;
       return false;
@@ -235,12 +239,23 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   };
 
   BusyTime transfer;  // wall time with a read in flight, packed or one pass
+  double share_alive_sent = now_s();
   OnePassReads direct(*this, sched, transfer);
   double idle_since = -1;
   IdleBackoff backoff;
   while (chunks_left > 0 || !direct.done()) {
     bool progressed = reclaim();
     progressed |= direct.step(st, after_landing);
+    if (!sched.sharers.empty() && now_s() - share_alive_sent > 1.0) {  // --dedupe-node: still pulling
+      for (int r : sched.sharers) {
+        CtrlMsg a;
+        a.type = kMsgShareAlive;
+        a.a = sync_index;
+        transport->send(r, a);
+        ++st.messages;
+      }
+      share_alive_sent = now_s();
+    }
     CtrlMsg m;
     while (transport->poll(&m)) {
       if (m.type == kMsgShareReady) {
@@ -248,6 +263,10 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         continue;
       }
       if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it
+      if (m.type == kMsgShareAlive) {
+        consumer_side.share_alive[m.from] = now_s();
+        continue;
+      }
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
       readies.push_back(std::move(m));
       progressed = true;
@@ -345,21 +364,32 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
       ++st.messages;
     }
   };
-  // Waits until `want` holds every rank of `from` for this sync (messages of either kind kept
-  // as they come), for at most the failure timeout; returns those seen. A rank that stays
-  // silent has died: its replica, which is ours, goes down with it.
+  // A rank of the node silent for the failure timeout has died (its replica, which is ours, goes
+  // down with it); a puller still pulling says it is alive every second (SHARE_ALIVE). Ranks
+  // found dead are not waited on again.
+  const double deadline = now_s() + opt.failure_timeout_s;
+  std::set<int> dead;
+  // Waits until `want` holds every live rank of `from` for this sync (messages of either kind
+  // kept as they come), at most until the deadline; returns those seen.
   auto await = [&](const std::vector<int>& from, std::set<std::pair<int, int>>& want) {
     std::set<int> seen;
+    size_t live = 0;
+    for (int p : from) live += !dead.count(p);
     const double t0 = now_s();
     IdleBackoff backoff;
     for (;;) {
-      for (int p : from)
-        if (want.erase({sync_index, p})) seen.insert(p);
-      if (seen.size() == from.size() || now_s() - t0 > opt.failure_timeout_s) break;
+      double until = deadline;  // the latest a silent rank of `from` may still be heard from
+      for (int p : from) {
+        if (!dead.count(p) && want.erase({sync_index, p})) seen.insert(p);
+        auto a = consumer_side.share_alive.find(p);
+        if (a != consumer_side.share_alive.end()) until = std::max(until, a->second + opt.failure_timeout_s);
+      }
+      if (seen.size() == live || now_s() > until) break;
       CtrlMsg m;
       if (transport->poll(&m)) {
         if (m.type == kMsgShareReady) consumer_side.share_ready.insert({m.a, m.from});
         else if (m.type == kMsgShareDone) consumer_side.share_done.insert({m.a, m.from});
+        else if (m.type == kMsgShareAlive) consumer_side.share_alive[m.from] = now_s();
         else throw Error("consumer: unexpected message " + std::to_string(m.type) + " while copying in the node");
         beat();
         continue;
@@ -375,9 +405,14 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
   // its message: the send is dropped after the failure timeout, so that no later flush waits.
   send_all(s.sharers, kMsgShareReady);
   if (!s.sharers.empty())
-    for (int dead : transport->flush_sends_within(opt.failure_timeout_s)) transport->forget_peer(dead);
+    for (int r : transport->flush_sends_within(std::max(0.0, deadline - now_s()))) {
+      transport->forget_peer(r);
+      dead.insert(r);
+    }
   if (!s.shares.empty()) {
     const std::set<int> ready = await(s.pullers, consumer_side.share_ready);
+    for (int p : s.pullers)
+      if (!ready.count(p)) dead.insert(p);
     // The copies: one read a contiguous run, from the puller's live weights into ours (the same
     // offsets of the same parameter), a bounded number in flight.
     const double t1 = now_s();

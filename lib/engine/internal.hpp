@@ -36,6 +36,7 @@ enum MsgType : uint32_t {
   kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
   kMsgShareReady = 11,  // --dedupe-node, puller to its sharers: a = sync index; its live weights are complete
   kMsgShareDone = 12,   // --dedupe-node, sharer to its pullers: a = sync index; its copies from them are done
+  kMsgShareAlive = 13,  // --dedupe-node, puller to its sharers while it still pulls (every second): alive
 };
 
 // How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
@@ -165,8 +166,10 @@ struct ConsumerSide {
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
   std::deque<CtrlMsg> stashed_readies;
-  // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender).
+  // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender),
+  // and when each puller was last heard from (SHARE_ALIVE).
   std::set<std::pair<int, int>> share_ready, share_done;
+  std::map<int, double> share_alive;
   bool stood_down = false, finish_seen = false, finish_degraded = false;
 };
 
