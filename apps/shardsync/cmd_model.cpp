@@ -47,6 +47,10 @@ void run_model_show(const ModelShowOptions& o) {
                                 std::to_string(c.moe_intermediate) +
                                 (c.num_shared_experts ? " + " + std::to_string(c.num_shared_experts) + " shared" : "")
                           : ""));
+  if (c.num_mtp_layers > 0)
+    t.add_title("num_nextn_predict_layers " + std::to_string(c.num_mtp_layers) +
+                ": the MTP layers are not listed (vLLM's main model skips them)");
+  if (c.router_fp32) t.add_title("router gate.weight held in fp32, as vLLM's " + c.architecture + " holds it");
   t.add_row({"layers", fmt_int(c.num_layers), "", std::to_string(num_moe) + " MoE"});
   t.add_row({"tensors", fmt_int(int64_t(m.params().size())), "", "HF tensors"});
   t.add_row({"parameters", fmt_int(m.num_params_total()), "", fmt_grouped(m.num_params_total())});

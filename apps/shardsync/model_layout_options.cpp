@@ -11,14 +11,15 @@ namespace shardsync {
 void add_model_option(CLI::App* app, std::string* model, const std::string& default_model) {
   *model = default_model;
   app->add_option("--model,-m", *model,
-                  "Bundled model name or path to a HuggingFace config.json. Bundled: " + bundled_names_list("models"))
+                  "Bundled model name or path to a HuggingFace config.json (architectures: " +
+                      supported_architectures() + "). Bundled: " + bundled_names_list("models"))
       ->capture_default_str();
 }
 
 void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
   app->add_option("--model,-m", opts->model,
                   "Bundled model name or path to a HuggingFace config.json (default: the layout's "
-                  "model). Bundled: " + bundled_names_list("models"));
+                  "model; architectures: " + supported_architectures() + "). Bundled: " + bundled_names_list("models"));
   app->add_option("--layout,-l", opts->layout,
                   "Bundled layout name or path to a layout JSON (model, trainer, inference); "
                   "explicit flags override it. Bundled: " + bundled_names_list("layouts"));

@@ -61,7 +61,7 @@ void InferencePlacement::validate() {
   if (l.pp > c.num_layers) fail("pp=" + std::to_string(l.pp), "exceeds num_hidden_layers");
   if (l.enable_ep && !c.is_moe()) fail("ep", "model has no experts to place");
   if (c.num_heads % T) fail("tp=" + std::to_string(T), "must divide num_attention_heads = " + std::to_string(c.num_heads));
-  if (c.arch != Arch::kDeepseekV3 && T % c.num_kv_heads != 0 && c.num_kv_heads % T != 0)
+  if (!c.is_mla() && T % c.num_kv_heads != 0 && c.num_kv_heads % T != 0)
     fail("tp=" + std::to_string(T), "must divide or be a multiple of num_key_value_heads = " +
                                         std::to_string(c.num_kv_heads) + " (vLLM QKVParallelLinear)");
   bool any_dense = false;
@@ -149,18 +149,19 @@ int64_t InferencePlacement::needed_bytes(int rank, int32_t param_idx) const {
     case TensorKind::kQProj:
     case TensorKind::kGateProj:
     case TensorKind::kUpProj:
-    case TensorKind::kDownProj:
     case TensorKind::kSharedGate:
     case TensorKind::kSharedUp:
     case TensorKind::kSharedDown:
     case TensorKind::kMlaQB:
     case TensorKind::kMlaKvB:
+    case TensorKind::kMlaQ:
       return bytes / T;
     case TensorKind::kKProj:
     case TensorKind::kVProj:
       return T >= c.num_kv_heads ? bytes / c.num_kv_heads : bytes / T;
     case TensorKind::kOProj:
-      return p.is_bias ? bytes : bytes / T;
+    case TensorKind::kDownProj:
+      return p.is_bias ? bytes : bytes / T;  // a row-parallel bias is whole on every rank
     case TensorKind::kExpertGate:
     case TensorKind::kExpertUp:
     case TensorKind::kExpertDown:

@@ -57,10 +57,11 @@ SplitRule dense_rule(const ParamMeta& p) {
     case TensorKind::kSharedUp:
     case TensorKind::kMlaQB:
     case TensorKind::kMlaKvB:
+    case TensorKind::kMlaQ:
       return {SplitRule::kEven, 0};
     case TensorKind::kOProj:
-      return p.is_bias ? SplitRule{} : SplitRule{SplitRule::kEven, 1};
     case TensorKind::kDownProj:
+      return p.is_bias ? SplitRule{} : SplitRule{SplitRule::kEven, 1};  // row-parallel bias: whole
     case TensorKind::kSharedDown:
       return {SplitRule::kEven, 1};
     default:
@@ -122,7 +123,7 @@ void TrainerPlacement::validate() {
     throw InputError(l.source, "ep=" + std::to_string(l.ep), "model " + model_->name() + " has no experts");
 
   int64_t t = l.tp;
-  if (c.arch == Arch::kDeepseekV3) {
+  if (c.is_mla()) {
     if (c.num_heads % t) fail_divide(l, "num_attention_heads", c.num_heads, "tp", t, *model_);
   } else {
     if (c.q_proj_rows() % t) fail_divide(l, "q_proj rows (heads*head_dim)", c.q_proj_rows(), "tp", t, *model_);

@@ -29,6 +29,7 @@ const char* tensor_kind_name(TensorKind k) {
     case TensorKind::kSharedGate: return "shared_gate";
     case TensorKind::kSharedUp: return "shared_up";
     case TensorKind::kSharedDown: return "shared_down";
+    case TensorKind::kMlaQ: return "mla_q";
     case TensorKind::kMlaQA: return "mla_q_a";
     case TensorKind::kMlaQB: return "mla_q_b";
     case TensorKind::kMlaKvA: return "mla_kv_a";
@@ -94,13 +95,13 @@ void add_gqa_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
   std::string p = lp(c, l) + "self_attn.";
   int64_t h = c.hidden, q = c.q_proj_rows(), kv = c.kv_proj_rows();
   b.add(p + "q_proj.weight", {q, h}, TensorKind::kQProj, l);
-  if (c.attention_bias) b.add(p + "q_proj.bias", {q}, TensorKind::kQProj, l, -1, true);
+  if (c.qkv_bias) b.add(p + "q_proj.bias", {q}, TensorKind::kQProj, l, -1, true);
   b.add(p + "k_proj.weight", {kv, h}, TensorKind::kKProj, l);
-  if (c.attention_bias) b.add(p + "k_proj.bias", {kv}, TensorKind::kKProj, l, -1, true);
+  if (c.qkv_bias) b.add(p + "k_proj.bias", {kv}, TensorKind::kKProj, l, -1, true);
   b.add(p + "v_proj.weight", {kv, h}, TensorKind::kVProj, l);
-  if (c.attention_bias) b.add(p + "v_proj.bias", {kv}, TensorKind::kVProj, l, -1, true);
+  if (c.qkv_bias) b.add(p + "v_proj.bias", {kv}, TensorKind::kVProj, l, -1, true);
   b.add(p + "o_proj.weight", {h, q}, TensorKind::kOProj, l);
-  if (c.attention_bias) b.add(p + "o_proj.bias", {h}, TensorKind::kOProj, l, -1, true);
+  if (c.o_bias) b.add(p + "o_proj.bias", {h}, TensorKind::kOProj, l, -1, true);
   if (c.qk_norm) {
     b.add(p + "q_norm.weight", {c.head_dim}, TensorKind::kNorm, l);
     b.add(p + "k_norm.weight", {c.head_dim}, TensorKind::kNorm, l);
@@ -110,10 +111,14 @@ void add_gqa_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
 void add_mla_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
   std::string p = lp(c, l) + "self_attn.";
   int64_t h = c.hidden;
-  b.add(p + "q_a_proj.weight", {c.q_lora_rank, h}, TensorKind::kMlaQA, l);
-  b.add(p + "q_a_layernorm.weight", {c.q_lora_rank}, TensorKind::kNorm, l);
-  b.add(p + "q_b_proj.weight", {c.num_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim), c.q_lora_rank},
-        TensorKind::kMlaQB, l);
+  const int64_t q_rows = c.num_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+  if (c.q_lora_rank > 0) {
+    b.add(p + "q_a_proj.weight", {c.q_lora_rank, h}, TensorKind::kMlaQA, l);
+    b.add(p + "q_a_layernorm.weight", {c.q_lora_rank}, TensorKind::kNorm, l);
+    b.add(p + "q_b_proj.weight", {q_rows, c.q_lora_rank}, TensorKind::kMlaQB, l);
+  } else {
+    b.add(p + "q_proj.weight", {q_rows, h}, TensorKind::kMlaQ, l);
+  }
   b.add(p + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, h}, TensorKind::kMlaKvA, l);
   b.add(p + "kv_a_layernorm.weight", {c.kv_lora_rank}, TensorKind::kNorm, l);
   b.add(p + "kv_b_proj.weight", {c.num_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
@@ -122,24 +127,29 @@ void add_mla_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
 }
 
 void add_dense_mlp(const ModelConfig& c, ParamListBuilder& b, int32_t l, const std::string& mlp,
-                   int64_t inter, TensorKind gate, TensorKind up, TensorKind down) {
+                   int64_t inter, TensorKind gate, TensorKind up, TensorKind down, bool bias = false) {
   std::string p = lp(c, l) + mlp;
   b.add(p + "gate_proj.weight", {inter, c.hidden}, gate, l);
+  if (bias) b.add(p + "gate_proj.bias", {inter}, gate, l, -1, true);
   b.add(p + "up_proj.weight", {inter, c.hidden}, up, l);
+  if (bias) b.add(p + "up_proj.bias", {inter}, up, l, -1, true);
   b.add(p + "down_proj.weight", {c.hidden, inter}, down, l);
+  if (bias) b.add(p + "down_proj.bias", {c.hidden}, down, l, -1, true);
 }
 
 void add_per_expert_moe(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
-  std::string p = lp(c, l) + "mlp.";
-  b.add(p + "gate.weight", {c.num_experts, c.hidden}, TensorKind::kRouter, l);
+  std::string p = lp(c, l) + c.moe_block;
+  // GLM-4.5: vLLM holds the gate as an fp32 nn.Linear and upcasts the checkpoint's bf16 on
+  // load; the trainer side sends it as fp32 (the upcast is exact), so bytes move unconverted.
+  b.add(p + "gate.weight", {c.num_experts, c.hidden}, TensorKind::kRouter, l, -1, false, DType::kF32, c.router_fp32);
   if (c.router_bias)
     b.add(p + "gate.e_score_correction_bias", {c.num_experts}, TensorKind::kRouterBias, l, -1, false,
           DType::kF32, true);
   for (int32_t e = 0; e < int32_t(c.num_experts); ++e) {
     std::string ep = p + "experts." + std::to_string(e) + ".";
-    b.add(ep + "gate_proj.weight", {c.moe_intermediate, c.hidden}, TensorKind::kExpertGate, l, e);
-    b.add(ep + "up_proj.weight", {c.moe_intermediate, c.hidden}, TensorKind::kExpertUp, l, e);
-    b.add(ep + "down_proj.weight", {c.hidden, c.moe_intermediate}, TensorKind::kExpertDown, l, e);
+    b.add(ep + c.expert_names[0] + ".weight", {c.moe_intermediate, c.hidden}, TensorKind::kExpertGate, l, e);
+    b.add(ep + c.expert_names[1] + ".weight", {c.moe_intermediate, c.hidden}, TensorKind::kExpertUp, l, e);
+    b.add(ep + c.expert_names[2] + ".weight", {c.hidden, c.moe_intermediate}, TensorKind::kExpertDown, l, e);
   }
   if (c.num_shared_experts > 0)
     add_dense_mlp(c, b, l, "mlp.shared_experts.", c.shared_intermediate, TensorKind::kSharedGate,
@@ -162,7 +172,7 @@ std::vector<ParamMeta> make_params(const ModelConfig& c) {
   b.add(c.model_prefix + "embed_tokens.weight", {c.vocab, c.hidden}, TensorKind::kEmbedding, -1);
   for (int32_t l = 0; l < int32_t(c.num_layers); ++l) {
     b.add(lp(c, l) + "input_layernorm.weight", {c.hidden}, TensorKind::kNorm, l);
-    if (c.arch == Arch::kDeepseekV3) add_mla_attention(c, b, l);
+    if (c.is_mla()) add_mla_attention(c, b, l);
     else add_gqa_attention(c, b, l);
     b.add(lp(c, l) + "post_attention_layernorm.weight", {c.hidden}, TensorKind::kNorm, l);
     bool moe = c.is_moe_layer(l);
@@ -174,7 +184,7 @@ std::vector<ParamMeta> make_params(const ModelConfig& c) {
       add_per_expert_moe(c, b, l);
     } else {
       add_dense_mlp(c, b, l, "mlp.", c.intermediate, TensorKind::kGateProj, TensorKind::kUpProj,
-                    TensorKind::kDownProj);
+                    TensorKind::kDownProj, c.mlp_bias);
     }
   }
   b.add(c.model_prefix + "norm.weight", {c.hidden}, TensorKind::kNorm, -1);

@@ -25,6 +25,7 @@ enum class TensorKind : uint8_t {
   kExpertGate, kExpertUp, kExpertDown,  // per-expert (Qwen3-MoE, DeepSeek)
   kSharedGate, kSharedUp, kSharedDown,
   kMlaQA, kMlaQB, kMlaKvA, kMlaKvB,
+  kMlaQ,  // MLA q_proj straight from the hidden state (q_lora_rank null): column-parallel
   kFusedExpertsGateUp, kFusedExpertsDown,  // Llama-4 [E, in, out]
 };
 const char* tensor_kind_name(TensorKind k);

@@ -14,6 +14,11 @@ const char* arch_name(Arch a) {
     case Arch::kQwen3Moe: return "qwen3_moe";
     case Arch::kDeepseekV3: return "deepseek_v3";
     case Arch::kLlama4: return "llama4";
+    case Arch::kQwen2: return "qwen2";
+    case Arch::kMistral: return "mistral";
+    case Arch::kMixtral: return "mixtral";
+    case Arch::kDeepseekV2: return "deepseek_v2";
+    case Arch::kGlm4Moe: return "glm4_moe";
   }
   return "?";
 }
@@ -31,6 +36,11 @@ constexpr ArchName kArchNames[] = {
     {"DeepseekV3ForCausalLM", Arch::kDeepseekV3},
     {"Llama4ForConditionalGeneration", Arch::kLlama4},
     {"Llama4ForCausalLM", Arch::kLlama4},
+    {"Qwen2ForCausalLM", Arch::kQwen2},
+    {"MistralForCausalLM", Arch::kMistral},
+    {"MixtralForCausalLM", Arch::kMixtral},
+    {"DeepseekV2ForCausalLM", Arch::kDeepseekV2},
+    {"Glm4MoeForCausalLM", Arch::kGlm4Moe},
 };
 
 void parse_attention(const JsonFields& f, ModelConfig& c) {
@@ -48,7 +58,6 @@ void parse_attention(const JsonFields& f, ModelConfig& c) {
                              std::to_string(c.num_heads) + ") to derive it");
     c.head_dim = c.hidden / c.num_heads;
   }
-  c.attention_bias = f.get_bool_or("attention_bias", false);
 }
 
 void parse_common(const JsonFields& f, ModelConfig& c) {
@@ -80,11 +89,28 @@ void parse_qwen3_moe(const JsonFields& f, ModelConfig& c) {
     f.fail("intermediate_size", "required (> 0) because some layers are dense MLP layers");
 }
 
+// DeepSeek's field names for n_routed_experts (already read) routed experts of width
+// moe_intermediate_size, n_shared_experts shared ones, first_k_dense_replace dense layers
+// and the MTP layers vLLM's main model skips.
+void parse_routed_and_shared_experts(const JsonFields& f, ModelConfig& c) {
+  c.moe_intermediate = f.get_int("moe_intermediate_size");
+  c.num_shared_experts = f.get_int_or("n_shared_experts", 0, 0);
+  c.shared_intermediate = c.moe_intermediate * c.num_shared_experts;
+  c.first_k_dense = f.get_int_or("first_k_dense_replace", 0, 0);
+  if (c.first_k_dense > c.num_layers)
+    f.fail("first_k_dense_replace", "must be <= num_hidden_layers (" + std::to_string(c.num_layers) + ")");
+  c.num_mtp_layers = f.get_int_or("num_nextn_predict_layers", 0, 0);
+  int64_t topk = f.get_int("num_experts_per_tok");
+  if (topk > c.num_experts)
+    f.fail("num_experts_per_tok", "must be <= n_routed_experts (" + std::to_string(c.num_experts) + ")");
+}
+
 void parse_deepseek(const JsonFields& f, ModelConfig& c) {
-  if (!f.has("q_lora_rank"))
-    f.fail("q_lora_rank", "null/missing (DeepSeek-V2-Lite style q_proj) is not supported; "
-                          "expected an integer rank");
-  c.q_lora_rank = f.get_int("q_lora_rank");
+  // null: q_proj straight from the hidden state (DeepSeek-V2-Lite). Missing is refused
+  // rather than guessed: HF's config classes would fill in a default of their own.
+  if (!f.raw().contains("q_lora_rank"))
+    f.fail("q_lora_rank", "missing; expected an integer rank, or null for a direct q_proj");
+  c.q_lora_rank = f.has("q_lora_rank") ? f.get_int("q_lora_rank") : 0;
   c.kv_lora_rank = f.get_int("kv_lora_rank");
   c.qk_nope_head_dim = f.get_int("qk_nope_head_dim");
   c.qk_rope_head_dim = f.get_int("qk_rope_head_dim");
@@ -95,19 +121,32 @@ void parse_deepseek(const JsonFields& f, ModelConfig& c) {
   c.intermediate = f.get_int("intermediate_size");
   c.num_experts = f.get_int_or("n_routed_experts", 0, 0);
   if (c.num_experts > 0) {
-    c.moe_intermediate = f.get_int("moe_intermediate_size");
-    c.num_shared_experts = f.get_int_or("n_shared_experts", 0, 0);
-    c.shared_intermediate = c.moe_intermediate * c.num_shared_experts;
-    c.first_k_dense = f.get_int_or("first_k_dense_replace", 0, 0);
-    if (c.first_k_dense > c.num_layers)
-      f.fail("first_k_dense_replace", "must be <= num_hidden_layers (" +
-                                          std::to_string(c.num_layers) + ")");
+    parse_routed_and_shared_experts(f, c);
     c.sparse_step = f.get_int_or("moe_layer_freq", 1, 1);
     c.router_bias = f.get_string_or("topk_method", "") == "noaux_tc";
-    int64_t topk = f.get_int("num_experts_per_tok");
-    if (topk > c.num_experts)
-      f.fail("num_experts_per_tok", "must be <= n_routed_experts (" + std::to_string(c.num_experts) + ")");
   }
+}
+
+// GLM-4.5: DeepSeek-style routed + shared experts; every layer from first_k_dense_replace
+// on is MoE, with an fp32 e_score_correction_bias whatever the topk_method.
+void parse_glm4_moe(const JsonFields& f, ModelConfig& c) {
+  c.intermediate = f.get_int("intermediate_size");
+  c.num_experts = f.get_int("n_routed_experts");
+  parse_routed_and_shared_experts(f, c);
+  c.router_bias = true;
+  c.router_fp32 = true;
+}
+
+void parse_mixtral(const JsonFields& f, ModelConfig& c) {
+  c.num_experts = f.get_int("num_local_experts");
+  c.moe_intermediate = f.get_int("intermediate_size");
+  int64_t topk = f.get_int("num_experts_per_tok");
+  if (topk > c.num_experts)
+    f.fail("num_experts_per_tok", "must be <= num_local_experts (" + std::to_string(c.num_experts) + ")");
+  c.moe_block = "block_sparse_moe.";
+  c.expert_names[0] = "w1";  // gate
+  c.expert_names[1] = "w3";  // up
+  c.expert_names[2] = "w2";  // down
 }
 
 void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
@@ -115,6 +154,7 @@ void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
   c.num_experts = f.get_int("num_local_experts");
   c.moe_intermediate = f.get_int("intermediate_size");
   c.intermediate = f.get_int("intermediate_size_mlp");
+  c.qkv_bias = c.o_bias = f.get_bool_or("attention_bias", false);
   c.num_shared_experts = 1;
   c.shared_intermediate = c.moe_intermediate;
   c.sparse_step = f.get_int_or("interleave_moe_layer_step", 1, 1);
@@ -131,7 +171,8 @@ void check_plausible(const JsonFields& f, const ModelConfig& c) {
   };
   limit("num_hidden_layers", c.num_layers, 100000);
   limit("num_attention_heads", c.num_heads, 1 << 20);
-  limit(c.arch == Arch::kDeepseekV3 ? "n_routed_experts" : c.arch == Arch::kLlama4 ? "num_local_experts" : "num_experts",
+  limit(c.is_mla() || c.arch == Arch::kGlm4Moe ? "n_routed_experts"
+        : c.arch == Arch::kLlama4 || c.arch == Arch::kMixtral ? "num_local_experts" : "num_experts",
         c.num_experts, 1 << 20);
   int64_t tensors = c.num_layers * (3 * c.num_experts + 32);
   if (tensors > 50'000'000) f.fail("num_hidden_layers", "with the experts, " + std::to_string(tensors) + " tensors: implausibly many (limit 50,000,000)");
@@ -153,7 +194,12 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
         return false;
       return (layer + 1) % sparse_step == 0;
     case Arch::kDeepseekV3:
+    case Arch::kDeepseekV2:
       return layer >= first_k_dense && layer % sparse_step == 0;
+    case Arch::kGlm4Moe:
+      return layer >= first_k_dense;
+    case Arch::kMixtral:
+      return true;
     case Arch::kLlama4:
       return (layer + 1) % sparse_step == 0;
     default:
@@ -187,25 +233,49 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
   switch (c.arch) {
     case Arch::kLlama:
+    case Arch::kMistral:  // vLLM's Mistral is its Llama; sliding_window changes no tensor
       parse_common(top, c);
       parse_attention(top, c);
       c.intermediate = top.get_int("intermediate_size");
+      c.qkv_bias = c.o_bias = top.get_bool_or("attention_bias", false);
+      c.mlp_bias = top.get_bool_or("mlp_bias", false);
+      break;
+    case Arch::kQwen2:
+      parse_common(top, c);
+      parse_attention(top, c);
+      c.intermediate = top.get_int("intermediate_size");
+      c.qkv_bias = true;
       break;
     case Arch::kQwen3:
       parse_common(top, c);
       parse_attention(top, c);
       c.intermediate = top.get_int("intermediate_size");
+      c.qkv_bias = top.get_bool_or("attention_bias", false);
       c.qk_norm = true;
       break;
     case Arch::kQwen3Moe:
       parse_common(top, c);
       parse_attention(top, c);
       parse_qwen3_moe(top, c);
+      c.qkv_bias = top.get_bool_or("attention_bias", false);
       c.qk_norm = true;
       break;
+    case Arch::kMixtral:
+      parse_common(top, c);
+      parse_attention(top, c);
+      parse_mixtral(top, c);
+      break;
     case Arch::kDeepseekV3:
+    case Arch::kDeepseekV2:
       parse_common(top, c);
       parse_deepseek(top, c);
+      break;
+    case Arch::kGlm4Moe:
+      parse_common(top, c);
+      parse_attention(top, c);
+      parse_glm4_moe(top, c);
+      c.qkv_bias = top.get_bool_or("attention_bias", false);
+      c.qk_norm = top.get_bool_or("use_qk_norm", false);
       break;
     case Arch::kLlama4: {
       JsonFields text = top.get_object("text_config");

@@ -15,6 +15,11 @@ enum class Arch : uint8_t {
   kQwen3Moe,    // Qwen3MoeForCausalLM: Qwen3 attention + per-expert MoE
   kDeepseekV3,  // DeepseekV3ForCausalLM (DeepSeek-V3, Kimi-K2): MLA + MoE with shared experts
   kLlama4,      // Llama4ForConditionalGeneration (text part): fused experts + shared expert
+  kQwen2,       // Qwen2ForCausalLM: dense, GQA, biases on q/k/v (none on o_proj)
+  kMistral,     // MistralForCausalLM: Llama's tensors (sliding-window fields change none)
+  kMixtral,     // MixtralForCausalLM: per-expert w1/w2/w3 in block_sparse_moe, no shared expert
+  kDeepseekV2,  // DeepseekV2ForCausalLM: MLA (q_proj direct when q_lora_rank is null) + MoE
+  kGlm4Moe,     // Glm4MoeForCausalLM: GQA with q/k/v biases + DeepSeek-style MoE
 };
 
 const char* arch_name(Arch a);
@@ -37,7 +42,9 @@ struct ModelConfig {
   int64_t head_dim = 0;
   int64_t intermediate = 0;  // dense MLP width
   bool tie_embeddings = false;
-  bool attention_bias = false;
+  bool qkv_bias = false;  // q/k/v_proj.bias (vLLM: QKVParallelLinear bias)
+  bool o_bias = false;    // o_proj.bias (RowParallelLinear bias: replicated)
+  bool mlp_bias = false;  // Llama mlp_bias: gate/up/down_proj.bias of the dense MLP
   bool qk_norm = false;
 
   // MoE
@@ -49,8 +56,15 @@ struct ModelConfig {
   int64_t sparse_step = 1;             // Qwen3-MoE decoder_sparse_step / Llama-4 interleave step
   std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE
   bool router_bias = false;            // DeepSeek noaux_tc e_score_correction_bias (fp32)
+  bool router_fp32 = false;            // GLM-4.5: vLLM's gate is an fp32 nn.Linear (see catalog)
+  int64_t num_mtp_layers = 0;          // num_nextn_predict_layers: not in vLLM's main model
 
-  // MLA (DeepSeek-V3 / Kimi)
+  // Per-expert checkpoint names: "<layer>.<moe_block>experts.<e>.<expert_names[i]>.weight"
+  // for gate, up, down (Mixtral: block_sparse_moe. and w1, w3, w2).
+  std::string moe_block = "mlp.";
+  std::string expert_names[3] = {"gate_proj", "up_proj", "down_proj"};
+
+  // MLA (DeepSeek-V2/V3 / Kimi). q_lora_rank 0: q_proj directly (config null).
   int64_t q_lora_rank = 0;
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;
@@ -63,6 +77,7 @@ struct ModelConfig {
   std::string lm_head_name = "lm_head.weight";
 
   bool is_moe() const { return num_experts > 0; }
+  bool is_mla() const { return arch == Arch::kDeepseekV3 || arch == Arch::kDeepseekV2; }
   bool is_moe_layer(int64_t layer) const;
   int64_t kv_proj_rows() const { return num_kv_heads * head_dim; }
   int64_t q_proj_rows() const { return num_heads * head_dim; }

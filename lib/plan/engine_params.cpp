@@ -59,14 +59,19 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
     if (inf.stage_of_layer(l) != co.pp_rank) continue;
     std::string p = c.layer_prefix + std::to_string(l) + ".";
     add(l, Slot::kInputNorm, p + "input_layernorm.weight", {h}, LK::kReplicated, dt);
-    if (c.arch == Arch::kDeepseekV3) {
-      int64_t nh = c.num_heads / T;
-      add(l, Slot::kFusedQkvA, p + "self_attn.fused_qkv_a_proj.weight",
-          {c.q_lora_rank + c.kv_lora_rank + c.qk_rope_head_dim, h}, LK::kMergedColumn, dt,
-          {c.q_lora_rank, c.kv_lora_rank + c.qk_rope_head_dim}, true);
-      add(l, Slot::kQANorm, p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}, LK::kReplicated, dt);
-      add(l, Slot::kQB, p + "self_attn.q_b_proj.weight", {nh * (c.qk_nope_head_dim + c.qk_rope_head_dim), c.q_lora_rank},
-          LK::kColumn, dt);
+    if (c.is_mla()) {
+      int64_t nh = c.num_heads / T, q_rows = nh * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+      if (c.q_lora_rank > 0) {
+        add(l, Slot::kFusedQkvA, p + "self_attn.fused_qkv_a_proj.weight",
+            {c.q_lora_rank + c.kv_lora_rank + c.qk_rope_head_dim, h}, LK::kMergedColumn, dt,
+            {c.q_lora_rank, c.kv_lora_rank + c.qk_rope_head_dim}, true);
+        add(l, Slot::kQANorm, p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}, LK::kReplicated, dt);
+        add(l, Slot::kQB, p + "self_attn.q_b_proj.weight", {q_rows, c.q_lora_rank}, LK::kColumn, dt);
+      } else {  // vLLM: q_proj column-parallel, kv_a_proj_with_mqa a ReplicatedLinear of its own
+        add(l, Slot::kQ, p + "self_attn.q_proj.weight", {q_rows, h}, LK::kColumn, dt);
+        add(l, Slot::kKvA, p + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, h},
+            LK::kReplicated, dt);
+      }
       add(l, Slot::kKvANorm, p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, LK::kReplicated, dt);
       add(l, Slot::kKvB, p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
           LK::kColumn, dt);
@@ -75,9 +80,9 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
       int64_t nq = c.num_heads / T, nkv = inf.kv_heads_per_rank();
       int64_t rows = (nq + 2 * nkv) * c.head_dim;
       add(l, Slot::kQKV, p + "self_attn.qkv_proj.weight", {rows, h}, LK::kQKV, dt);
-      if (c.attention_bias) add(l, Slot::kQKVBias, p + "self_attn.qkv_proj.bias", {rows}, LK::kQKV, dt);
+      if (c.qkv_bias) add(l, Slot::kQKVBias, p + "self_attn.qkv_proj.bias", {rows}, LK::kQKV, dt);
       add(l, Slot::kO, p + "self_attn.o_proj.weight", {h, nq * c.head_dim}, LK::kRow, dt);
-      if (c.attention_bias) add(l, Slot::kOBias, p + "self_attn.o_proj.bias", {h}, LK::kReplicated, dt);
+      if (c.o_bias) add(l, Slot::kOBias, p + "self_attn.o_proj.bias", {h}, LK::kReplicated, dt);
       if (c.qk_norm) {
         add(l, Slot::kQNorm, p + "self_attn.q_norm.weight", {c.head_dim}, LK::kReplicated, dt);
         add(l, Slot::kKNorm, p + "self_attn.k_norm.weight", {c.head_dim}, LK::kReplicated, dt);
@@ -85,16 +90,17 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
     }
     add(l, Slot::kPostNorm, p + "post_attention_layernorm.weight", {h}, LK::kReplicated, dt);
     const std::string mlp = p + (c.arch == Arch::kLlama4 ? "feed_forward." : "mlp.");
+    const std::string moe = p + (c.arch == Arch::kLlama4 ? "feed_forward." : c.moe_block);
     if (c.is_moe_layer(l)) {
       int64_t mi = c.moe_intermediate / m;
       std::string router = c.arch == Arch::kLlama4 ? "router.weight" : "gate.weight";
-      add(l, Slot::kRouter, mlp + router, {c.num_experts, h}, LK::kReplicated, dt);
+      add(l, Slot::kRouter, moe + router, {c.num_experts, h}, LK::kReplicated, c.router_fp32 ? DType::kF32 : dt);
       if (c.router_bias)
-        add(l, Slot::kRouterBias, mlp + "gate.e_score_correction_bias", {c.num_experts}, LK::kReplicated, DType::kF32);
-      add(l, Slot::kW13, mlp + "experts.w13_weight", {num_local_experts, 2 * mi, h}, LK::kFusedMoE, dt);
-      add(l, Slot::kW2, mlp + "experts.w2_weight", {num_local_experts, h, mi}, LK::kFusedMoE, dt);
+        add(l, Slot::kRouterBias, moe + "gate.e_score_correction_bias", {c.num_experts}, LK::kReplicated, DType::kF32);
+      add(l, Slot::kW13, moe + "experts.w13_weight", {num_local_experts, 2 * mi, h}, LK::kFusedMoE, dt);
+      add(l, Slot::kW2, moe + "experts.w2_weight", {num_local_experts, h, mi}, LK::kFusedMoE, dt);
       if (c.num_shared_experts > 0) {
-        std::string sp = mlp + (c.arch == Arch::kLlama4 ? "shared_expert." : "shared_experts.");
+        std::string sp = moe + (c.arch == Arch::kLlama4 ? "shared_expert." : "shared_experts.");
         int64_t si = c.shared_intermediate;
         add(l, Slot::kSharedGateUp, sp + "gate_up_proj.weight", {2 * si / T, h}, LK::kMergedColumn, dt, {si, si});
         add(l, Slot::kSharedDown, sp + "down_proj.weight", {h, si / T}, LK::kRow, dt);
@@ -102,7 +108,9 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
     } else {
       int64_t I = c.intermediate;
       add(l, Slot::kGateUp, mlp + "gate_up_proj.weight", {2 * I / T, h}, LK::kMergedColumn, dt, {I, I});
+      if (c.mlp_bias) add(l, Slot::kGateUpBias, mlp + "gate_up_proj.bias", {2 * I / T}, LK::kMergedColumn, dt, {I, I});
       add(l, Slot::kDown, mlp + "down_proj.weight", {h, I / T}, LK::kRow, dt);
+      if (c.mlp_bias) add(l, Slot::kDownBias, mlp + "down_proj.bias", {h}, LK::kReplicated, dt);
     }
   }
   if (last) {

@@ -29,6 +29,8 @@ enum class Slot : uint8_t {
   kInputNorm, kPostNorm, kQKV, kQKVBias, kO, kOBias, kQNorm, kKNorm,
   kGateUp, kDown, kRouter, kRouterBias, kW13, kW2, kSharedGateUp, kSharedDown,
   kFusedQkvA, kQANorm, kQB, kKvANorm, kKvB,
+  kQ, kKvA,                 // MLA without q_lora: q_proj (column), kv_a_proj_with_mqa (replicated)
+  kGateUpBias, kDownBias,   // Llama mlp_bias
   kCount
 };
 

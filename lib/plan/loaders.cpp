@@ -190,13 +190,15 @@ void load_weight(const LoaderRank& r, int32_t hf_idx, const T& w, ParamStore<T>&
       return;
     case TensorKind::kGateProj:
     case TensorKind::kUpProj: {
-      T& dst = need(r, store, l, Slot::kGateUp, p);
-      merged_column_loader(r, store.params->params()[size_t(store.params->find(l, Slot::kGateUp))], dst, w,
+      const Slot slot = p.is_bias ? Slot::kGateUpBias : Slot::kGateUp;
+      T& dst = need(r, store, l, slot, p);
+      merged_column_loader(r, store.params->params()[size_t(store.params->find(l, slot))], dst, w,
                            p.kind == TensorKind::kGateProj ? 0 : 1);
       return;
     }
     case TensorKind::kDownProj:
-      row_loader(r, need(r, store, l, Slot::kDown, p), w);
+      if (p.is_bias) need(r, store, l, Slot::kDownBias, p).copy_(w);  // RowParallelLinear: bias whole
+      else row_loader(r, need(r, store, l, Slot::kDown, p), w);
       return;
     case TensorKind::kSharedGate:
     case TensorKind::kSharedUp: {
@@ -223,8 +225,16 @@ void load_weight(const LoaderRank& r, int32_t hf_idx, const T& w, ParamStore<T>&
     case TensorKind::kExpertDown:
       fused_moe_loader(r, need(r, store, l, Slot::kW2, p), w, MoeShard::kW2, p.expert);
       return;
-    case TensorKind::kMlaQA:
-    case TensorKind::kMlaKvA: {
+    case TensorKind::kMlaQ:
+      column_loader(r, need(r, store, l, Slot::kQ, p), w);
+      return;
+    case TensorKind::kMlaKvA:
+      if (c.q_lora_rank == 0) {  // no fused_qkv_a_proj: a ReplicatedLinear of its own
+        need(r, store, l, Slot::kKvA, p).copy_(w);
+        return;
+      }
+      [[fallthrough]];
+    case TensorKind::kMlaQA: {
       T& dst = need(r, store, l, Slot::kFusedQkvA, p);
       merged_column_loader(r, store.params->params()[size_t(store.params->find(l, Slot::kFusedQkvA))], dst, w,
                            p.kind == TensorKind::kMlaQA ? 0 : 1);

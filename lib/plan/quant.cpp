@@ -41,6 +41,7 @@ bool fp8_quantized(Slot s) {
   switch (s) {
     case Slot::kQKV: case Slot::kO: case Slot::kGateUp: case Slot::kDown: case Slot::kW13: case Slot::kW2:
     case Slot::kSharedGateUp: case Slot::kSharedDown: case Slot::kFusedQkvA: case Slot::kQB: case Slot::kKvB:
+    case Slot::kQ: case Slot::kKvA:
       return true;
     default:
       return false;
@@ -55,6 +56,7 @@ bool fp8_quantized_hf(const ParamMeta& p) {
     case TensorKind::kExpertGate: case TensorKind::kExpertUp: case TensorKind::kExpertDown:
     case TensorKind::kSharedGate: case TensorKind::kSharedUp: case TensorKind::kSharedDown:
     case TensorKind::kMlaQA: case TensorKind::kMlaQB: case TensorKind::kMlaKvA: case TensorKind::kMlaKvB:
+    case TensorKind::kMlaQ:
     case TensorKind::kFusedExpertsGateUp: case TensorKind::kFusedExpertsDown:
       return true;
     default:

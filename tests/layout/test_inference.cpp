@@ -85,7 +85,9 @@ TEST(InferenceLayout, VllmPpSplitAndRankGrid) {
 
 TEST(InferenceLayout, EveryReplicaNeedsEveryByteAtLeastOnce) {
   for (auto [model, s] : {std::pair{"qwen3-235b-a22b", "dp16,ep16"}, {"kimi-k2-instruct", "tp32,ep32"},
-                          {"tiny-qwen3", "tp4"}, {"tiny-llama4", "tp2,dp2"}, {"tiny-kimi", "tp2,pp2"}}) {
+                          {"tiny-qwen3", "tp4"}, {"tiny-llama4", "tp2,dp2"}, {"tiny-kimi", "tp2,pp2"},
+                          {"mixtral-8x7b-v0.1", "tp8,ep8"}, {"deepseek-v2-lite", "tp2,dp4,ep8"},
+                          {"qwen2.5-7b-instruct", "tp4"}, {"tiny-mistral", "tp8"}, {"glm-4.5-air", "dp8,ep8"}}) {
     ModelSpec m = load_model(model);
     InferencePlacement p(m, spec(s, 2));
     int64_t replica0 = 0;

@@ -15,6 +15,91 @@ TEST(Catalog, PublishedParameterTotals) {
   EXPECT_EQ(load_model("llama-4-scout-17b-16e").num_params_total(), 107769861120);
   EXPECT_EQ(load_model("qwen3-8b").num_params_total(), 8190735360);
   EXPECT_EQ(load_model("qwen3-30b-a3b").num_params_total(), 30532122624);
+  EXPECT_EQ(load_model("qwen2.5-7b-instruct").num_params_total(), 7615616512);
+  EXPECT_EQ(load_model("mixtral-8x7b-v0.1").num_params_total(), 46702792704);
+  EXPECT_EQ(load_model("deepseek-v2-lite").num_params_total(), 15706484224);
+  EXPECT_EQ(load_model("glm-4.5-air").num_params_total(), 106852251264);  // without its MTP layer
+}
+
+TEST(Catalog, Glm45AirMoeAndBiases) {
+  ModelSpec m = load_model("glm-4.5-air");
+  const ModelConfig& c = m.config();
+  EXPECT_EQ(c.num_mtp_layers, 1);
+  EXPECT_LT(m.find("model.layers.46.input_layernorm.weight"), 0);  // the MTP layer is not listed
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(45));
+  EXPECT_EQ(m.param(m.find("model.layers.1.self_attn.q_proj.bias")).shape, (std::vector<int64_t>{12288}));
+  EXPECT_LT(m.find("model.layers.1.self_attn.o_proj.bias"), 0);
+  EXPECT_LT(m.find("model.layers.1.self_attn.q_norm.weight"), 0);  // use_qk_norm false
+  EXPECT_EQ(m.param(m.find("model.layers.1.mlp.gate.weight")).dtype, DType::kF32);
+  EXPECT_EQ(m.param(m.find("model.layers.1.mlp.gate.e_score_correction_bias")).dtype, DType::kF32);
+  EXPECT_EQ(m.param(m.find("model.layers.1.mlp.shared_experts.down_proj.weight")).shape,
+            (std::vector<int64_t>{4096, 1408}));
+  EXPECT_EQ(m.param(m.find("model.layers.0.mlp.gate_proj.weight")).shape, (std::vector<int64_t>{10944, 4096}));
+  EXPECT_TRUE(load_model("tiny-glm4-moe").config().qk_norm);
+}
+
+TEST(Catalog, Qwen2BiasesOnQkvOnly) {
+  ModelSpec m = load_model("qwen2.5-7b-instruct");
+  EXPECT_EQ(m.param(m.find("model.layers.27.self_attn.q_proj.bias")).shape, (std::vector<int64_t>{3584}));
+  EXPECT_EQ(m.param(m.find("model.layers.27.self_attn.k_proj.bias")).shape, (std::vector<int64_t>{512}));
+  EXPECT_TRUE(m.param(m.find("model.layers.0.self_attn.v_proj.bias")).is_bias);
+  EXPECT_LT(m.find("model.layers.0.self_attn.o_proj.bias"), 0);
+  EXPECT_LT(m.find("model.layers.0.mlp.gate_proj.bias"), 0);
+}
+
+TEST(Catalog, MixtralExpertNames) {
+  ModelSpec m = load_model("mixtral-8x7b-v0.1");
+  const ParamMeta& w1 = m.param(m.find("model.layers.31.block_sparse_moe.experts.7.w1.weight"));
+  EXPECT_EQ(w1.kind, TensorKind::kExpertGate);
+  EXPECT_EQ(w1.shape, (std::vector<int64_t>{14336, 4096}));
+  EXPECT_EQ(m.param(m.find("model.layers.0.block_sparse_moe.experts.0.w3.weight")).kind, TensorKind::kExpertUp);
+  const ParamMeta& w2 = m.param(m.find("model.layers.0.block_sparse_moe.experts.0.w2.weight"));
+  EXPECT_EQ(w2.kind, TensorKind::kExpertDown);
+  EXPECT_EQ(w2.shape, (std::vector<int64_t>{4096, 14336}));
+  EXPECT_EQ(m.param(m.find("model.layers.0.block_sparse_moe.gate.weight")).shape, (std::vector<int64_t>{8, 4096}));
+  EXPECT_LT(m.find("model.layers.0.mlp.gate.weight"), 0);
+  EXPECT_EQ(m.config().num_shared_experts, 0);
+  EXPECT_FALSE(m.config().router_bias);
+}
+
+TEST(Catalog, DeepseekV2LiteDirectQProj) {
+  ModelSpec m = load_model("deepseek-v2-lite");
+  EXPECT_EQ(m.config().q_lora_rank, 0);
+  const ParamMeta& q = m.param(m.find("model.layers.3.self_attn.q_proj.weight"));
+  EXPECT_EQ(q.kind, TensorKind::kMlaQ);
+  EXPECT_EQ(q.shape, (std::vector<int64_t>{16 * 192, 2048}));
+  EXPECT_LT(m.find("model.layers.3.self_attn.q_a_proj.weight"), 0);
+  EXPECT_LT(m.find("model.layers.3.self_attn.q_a_layernorm.weight"), 0);
+  EXPECT_EQ(m.param(m.find("model.layers.3.self_attn.kv_a_proj_with_mqa.weight")).shape,
+            (std::vector<int64_t>{576, 2048}));
+  EXPECT_LT(m.find("model.layers.3.mlp.gate.e_score_correction_bias"), 0);  // greedy routing
+  EXPECT_EQ(m.param(m.find("model.layers.1.mlp.shared_experts.up_proj.weight")).shape,
+            (std::vector<int64_t>{2 * 1408, 2048}));
+  EXPECT_GE(m.find("model.layers.0.mlp.down_proj.weight"), 0);  // dense first layer
+}
+
+TEST(Catalog, AttentionAndMlpBiasesFollowVllmPerArchitecture) {
+  auto cfg = [](const char* arch, const char* extra) {
+    return std::string(R"({"architectures": [")") + arch + R"("], "hidden_size": 64, "num_hidden_layers": 1,
+        "vocab_size": 128, "num_attention_heads": 4, "intermediate_size": 32)" + extra + "}";
+  };
+  auto has = [](const std::string& json, const char* name) {
+    return build_model(parse_model_config(json, "t.json", "t")).find(name) >= 0;
+  };
+  // Llama: attention_bias puts a bias on o_proj too (bias_o_proj); mlp_bias on gate/up/down.
+  std::string llama = cfg("LlamaForCausalLM", R"(, "attention_bias": true, "mlp_bias": true)");
+  EXPECT_TRUE(has(llama, "model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_TRUE(has(llama, "model.layers.0.mlp.gate_proj.bias"));
+  EXPECT_TRUE(has(llama, "model.layers.0.mlp.down_proj.bias"));
+  EXPECT_FALSE(has(cfg("LlamaForCausalLM", ""), "model.layers.0.mlp.up_proj.bias"));
+  // Qwen3: attention_bias is qkv_bias only; o_proj has none in vLLM.
+  std::string qwen3 = cfg("Qwen3ForCausalLM", R"(, "attention_bias": true)");
+  EXPECT_TRUE(has(qwen3, "model.layers.0.self_attn.k_proj.bias"));
+  EXPECT_FALSE(has(qwen3, "model.layers.0.self_attn.o_proj.bias"));
+  // Mistral is vLLM's Llama.
+  EXPECT_TRUE(has(cfg("MistralForCausalLM", R"(, "mlp_bias": true, "sliding_window": 4096)"),
+                  "model.layers.0.mlp.up_proj.bias"));
 }
 
 TEST(Catalog, Qwen3MoeShapesAndGroups) {
@@ -82,7 +167,8 @@ TEST(Catalog, TiedEmbeddingsHaveNoLmHead) {
 TEST(Catalog, TinyModelsCoverEveryTensorKind) {
   std::set<TensorKind> kinds;
   bool bias = false, fp32 = false;
-  for (const char* name : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4"}) {
+  for (const char* name : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4", "tiny-qwen2",
+                           "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe"}) {
     ModelSpec m = load_model(name);
     for (const auto& p : m.params()) {
       kinds.insert(p.kind);
@@ -123,6 +209,15 @@ TEST(Catalog, BadConfigsAreRejectedWithFieldNames) {
   expect_input_error(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": -2,
       "vocab_size": 100, "num_attention_heads": 8, "intermediate_size": 32})",
                      "num_hidden_layers");
+  expect_input_error("{\"architectures\": [\"GPT2LMHeadModel\"]}", "MixtralForCausalLM");
+  // DeepSeek: null q_lora_rank is a direct q_proj; a missing one is refused, not guessed.
+  expect_input_error(R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 4,
+      "qk_rope_head_dim": 4, "v_head_dim": 4, "intermediate_size": 32})",
+                     "q_lora_rank");
+  expect_input_error(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_attention_heads": 4, "intermediate_size": 32, "num_experts_per_tok": 2})",
+                     "num_local_experts");
   EXPECT_THROW(load_model("no-such-model"), InputError);
   EXPECT_THROW(load_model("/nonexistent/config.json"), InputError);
 }

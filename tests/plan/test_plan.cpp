@@ -89,6 +89,24 @@ void check_case(const Case& c) {
   }
 }
 
+// Finds the entries of one HF tensor in a rank's plan.
+std::vector<const PlanEntry*> entries_of(const RankPlan& plan, int32_t hf) {
+  std::vector<const PlanEntry*> out;
+  for (const auto& e : plan.entries)
+    if (e.hf_param == hf) out.push_back(&e);
+  return out;
+}
+
+// vLLM's linear expert map: the rank owns experts [first, first + count) of `total` and
+// pulls nothing of the next one. `name(e)` is the HF name of one tensor of expert e.
+template <class Name>
+void expect_owns_experts(const ModelSpec& m, const RankPlan& plan, int64_t first, int64_t count, int64_t total,
+                         Name name) {
+  EXPECT_EQ(entries_of(plan, m.find(name(first))).size(), 1u) << name(first);
+  EXPECT_EQ(entries_of(plan, m.find(name(first + count - 1))).size(), 1u) << name(first + count - 1);
+  EXPECT_TRUE(entries_of(plan, m.find(name((first + count) % total))).empty()) << name((first + count) % total);
+}
+
 TEST(Plan, ReplayEqualsReferenceDense) {
   for (const char* l : {"tp1", "tp2", "tp4", "tp8", "tp2,pp2", "tp2,dp2"}) check_case({"tiny-qwen3", l});
   for (const char* l : {"tp1", "tp2", "tp4", "tp8", "pp3"}) check_case({"tiny-llama", l});
@@ -108,6 +126,201 @@ TEST(Plan, ReplayEqualsReferenceMlaMoe) {
 TEST(Plan, ReplayEqualsReferenceLlama4) {
   for (const char* l : {"tp1", "tp2", "tp4", "tp8", "tp2,ep2", "dp4,ep4", "tp2,dp2", "tp2,pp2", "dp3,ep3"})
     check_case({"tiny-llama4", l});
+}
+
+// The new families over TP 1/2/4/8 (KV heads < TP where the model allows), EP on and off,
+// DP > 1 and PP > 1.
+TEST(Plan, ReplayEqualsReferenceQwen2) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "tp2,pp2", "tp2,dp2", "dp2", "pp4"}) check_case({"tiny-qwen2", l});
+}
+
+TEST(Plan, ReplayEqualsReferenceMistralAndLlamaMlpBias) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "tp2,pp3", "tp4,dp2"}) check_case({"tiny-mistral", l});
+  for (const char* l : {"tp2,pp2", "tp4,dp2"}) check_case({"tiny-llama", l});
+}
+
+TEST(Plan, ReplayEqualsReferenceMixtral) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "dp4,ep4", "dp3,ep3", "tp2,dp2", "tp2,pp3",
+                        "dp2,tp2,ep4", "tp8,ep8"})
+    check_case({"tiny-mixtral", l});
+}
+
+TEST(Plan, ReplayEqualsReferenceDeepseekV2) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "tp2,pp2", "tp2,dp4", "dp8,ep8", "pp3",
+                        "dp3,ep3"})
+    check_case({"tiny-deepseek-v2", l});
+}
+
+TEST(Plan, ReplayEqualsReferenceGlm4Moe) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "dp4,ep4", "tp2,dp2", "tp2,pp3", "dp8,ep8",
+                        "dp3,ep3"})
+    check_case({"tiny-glm4-moe", l});
+}
+
+// glm4_moe.py: qkv_bias from attention_bias, o_proj without bias, the gate an fp32
+// nn.Linear (replicated), e_score_correction_bias fp32, shared experts TP-sharded.
+TEST(Plan, Glm45AirTp8Ep8Facts) {
+  ModelSpec m = load_model("glm-4.5-air");
+  InferenceLayout l = parse_inference_spec("tp8,ep8");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int t : {0, 5}) {
+    RankPlan plan = record_rank_plan(m, inf, t);
+    EngineParams eps(m, inf, t);
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kQKVBias))].shape, (std::vector<int64_t>{(12 + 2) * 128}));
+    EXPECT_LT(eps.find(2, Slot::kOBias), 0);
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kRouter))].dtype, DType::kF32);
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kSharedGateUp))].shape, (std::vector<int64_t>{2 * 1408 / 8, 4096}));
+    auto q = entries_of(plan, m.find("model.layers.2.self_attn.q_proj.bias"));
+    auto v = entries_of(plan, m.find("model.layers.2.self_attn.v_proj.bias"));
+    ASSERT_EQ(q.size(), 1u);
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(q[0]->copy.src_offset, 1536 * t);  // 12 heads of 128
+    EXPECT_EQ(v[0]->copy.src_offset, 128 * t);   // KV head t
+    EXPECT_EQ(v[0]->dst_offset, 1536 + 128);
+    auto gate = entries_of(plan, m.find("model.layers.2.mlp.gate.weight"));
+    ASSERT_EQ(gate.size(), 1u);
+    EXPECT_EQ(gate[0]->copy.numel, 128 * 4096);
+    expect_owns_experts(m, plan, 16 * t, 16, 128, [](int64_t e) {  // EP 8 over 128 experts
+      return "model.layers.2.mlp.experts." + std::to_string(e) + ".gate_proj.weight";
+    });
+  }
+}
+
+// Hand-written vLLM facts (qwen2.py: QKVParallelLinear bias=True, o_proj bias=False).
+TEST(Plan, Qwen2At7BTp4BiasFacts) {
+  ModelSpec m = load_model("qwen2.5-7b-instruct");
+  InferenceLayout l = parse_inference_spec("tp4");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int t : {0, 1, 3}) {
+    RankPlan plan = record_rank_plan(m, inf, t);
+    EngineParams eps(m, inf, t);
+    ASSERT_GE(eps.find(5, Slot::kQKVBias), 0);
+    EXPECT_EQ(plan.params[size_t(eps.find(5, Slot::kQKVBias))].shape, (std::vector<int64_t>{(7 + 2) * 128}));
+    EXPECT_LT(eps.find(5, Slot::kOBias), 0);
+    EXPECT_LT(eps.find("model.layers.5.self_attn.o_proj.bias"), 0);
+    // q bias: rows [896t, +896) at 0; k bias: KV head t at 896; v bias: the same head at 1024.
+    auto q = entries_of(plan, m.find("model.layers.5.self_attn.q_proj.bias"));
+    auto k = entries_of(plan, m.find("model.layers.5.self_attn.k_proj.bias"));
+    auto v = entries_of(plan, m.find("model.layers.5.self_attn.v_proj.bias"));
+    ASSERT_EQ(q.size(), 1u);
+    ASSERT_EQ(k.size(), 1u);
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(q[0]->copy.src_offset, 896 * t);
+    EXPECT_EQ(q[0]->copy.numel, 896);
+    EXPECT_EQ(q[0]->dst_offset, 0);
+    EXPECT_EQ(k[0]->copy.src_offset, 128 * t);
+    EXPECT_EQ(k[0]->copy.numel, 128);
+    EXPECT_EQ(k[0]->dst_offset, 896);
+    EXPECT_EQ(v[0]->copy.src_offset, 128 * t);
+    EXPECT_EQ(v[0]->dst_offset, 1024);
+  }
+}
+
+// KV heads replicated over TP: rank t's k/v biases are those of KV head t // (T / nkv).
+TEST(Plan, Qwen2ReplicatedKvHeadBiases) {
+  ModelSpec m = load_model("tiny-qwen2");  // 8 heads of 8, 2 KV heads
+  InferenceLayout l = parse_inference_spec("tp8");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int t = 0; t < 8; ++t) {
+    RankPlan plan = record_rank_plan(m, inf, t);
+    auto k = entries_of(plan, m.find("model.layers.1.self_attn.k_proj.bias"));
+    ASSERT_EQ(k.size(), 1u);
+    EXPECT_EQ(k[0]->copy.src_offset, 8 * (t / 4));
+    EXPECT_EQ(k[0]->copy.numel, 8);
+    EXPECT_EQ(k[0]->dst_offset, 8);  // after this rank's one q head
+  }
+}
+
+// llama.py: mlp_bias gives gate_up_proj (merged column) and down_proj (row) biases; the
+// merged bias holds [gate rows of rank t ; up rows of rank t], the row-parallel one is whole.
+TEST(Plan, LlamaMlpBiasFacts) {
+  ModelSpec m = load_model("tiny-llama");  // intermediate 96, hidden 64
+  InferenceLayout l = parse_inference_spec("tp2");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int t : {0, 1}) {
+    RankPlan plan = record_rank_plan(m, inf, t);
+    EngineParams eps(m, inf, t);
+    ASSERT_GE(eps.find(2, Slot::kGateUpBias), 0);
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kGateUpBias))].name, "model.layers.2.mlp.gate_up_proj.bias");
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kGateUpBias))].shape, (std::vector<int64_t>{96}));
+    EXPECT_EQ(eps.params()[size_t(eps.find(2, Slot::kDownBias))].shape, (std::vector<int64_t>{64}));
+    auto gate = entries_of(plan, m.find("model.layers.2.mlp.gate_proj.bias"));
+    auto up = entries_of(plan, m.find("model.layers.2.mlp.up_proj.bias"));
+    auto down = entries_of(plan, m.find("model.layers.2.mlp.down_proj.bias"));
+    ASSERT_EQ(gate.size(), 1u);
+    ASSERT_EQ(up.size(), 1u);
+    ASSERT_EQ(down.size(), 1u);
+    EXPECT_EQ(gate[0]->copy.src_offset, 48 * t);
+    EXPECT_EQ(gate[0]->copy.numel, 48);
+    EXPECT_EQ(gate[0]->dst_offset, 0);
+    EXPECT_EQ(up[0]->copy.src_offset, 48 * t);
+    EXPECT_EQ(up[0]->dst_offset, 48);
+    EXPECT_EQ(down[0]->copy.src_offset, 0);
+    EXPECT_EQ(down[0]->copy.numel, 64);
+  }
+}
+
+// mixtral.py: make_expert_params_mapping(gate "w1", down "w2", up "w3"); linear expert map.
+TEST(Plan, MixtralExpertFacts) {
+  ModelSpec m = load_model("mixtral-8x7b-v0.1");
+  InferenceLayout l = parse_inference_spec("tp4,ep4");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int r : {0, 3}) {
+    RankPlan plan = record_rank_plan(m, inf, r);  // owns experts 2r, 2r+1
+    EngineParams eps(m, inf, r);
+    EXPECT_EQ(eps.params()[size_t(eps.find(4, Slot::kW13))].name, "model.layers.4.block_sparse_moe.experts.w13_weight");
+    EXPECT_EQ(eps.params()[size_t(eps.find(4, Slot::kW13))].shape, (std::vector<int64_t>{2, 28672, 4096}));
+    EXPECT_EQ(eps.params()[size_t(eps.find(4, Slot::kW2))].shape, (std::vector<int64_t>{2, 4096, 14336}));
+    const int64_t expert_bytes = int64_t(28672) * 4096;  // elements of one expert's w13
+    auto w1 = entries_of(plan, m.find("model.layers.4.block_sparse_moe.experts." + std::to_string(2 * r + 1) + ".w1.weight"));
+    auto w3 = entries_of(plan, m.find("model.layers.4.block_sparse_moe.experts." + std::to_string(2 * r + 1) + ".w3.weight"));
+    ASSERT_EQ(w1.size(), 1u);
+    ASSERT_EQ(w3.size(), 1u);
+    EXPECT_EQ(w1[0]->dst_offset, expert_bytes);                        // local expert 1, gate half
+    EXPECT_EQ(w3[0]->dst_offset, expert_bytes + int64_t(14336) * 4096);  // its up half
+    EXPECT_EQ(w1[0]->copy.numel, int64_t(14336) * 4096);
+    expect_owns_experts(m, plan, 2 * r, 2, 8, [](int64_t e) {
+      return "model.layers.4.block_sparse_moe.experts." + std::to_string(e) + ".w2.weight";
+    });
+    // Router replicated whole.
+    auto gate = entries_of(plan, m.find("model.layers.4.block_sparse_moe.gate.weight"));
+    ASSERT_EQ(gate.size(), 1u);
+    EXPECT_EQ(gate[0]->copy.numel, 8 * 4096);
+  }
+}
+
+// deepseek_v2.py with q_lora_rank None: q_proj ColumnParallelLinear, kv_a_proj_with_mqa a
+// ReplicatedLinear (no fused_qkv_a_proj).
+TEST(Plan, DeepseekV2LiteFacts) {
+  ModelSpec m = load_model("deepseek-v2-lite");
+  InferenceLayout l = parse_inference_spec("tp4,ep4");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  for (int t : {0, 2}) {
+    RankPlan plan = record_rank_plan(m, inf, t);
+    EngineParams eps(m, inf, t);
+    EXPECT_LT(eps.find(3, Slot::kFusedQkvA), 0);
+    EXPECT_EQ(eps.params()[size_t(eps.find(3, Slot::kQ))].name, "model.layers.3.self_attn.q_proj.weight");
+    EXPECT_EQ(eps.params()[size_t(eps.find(3, Slot::kQ))].shape, (std::vector<int64_t>{768, 2048}));
+    EXPECT_EQ(eps.params()[size_t(eps.find(3, Slot::kKvA))].shape, (std::vector<int64_t>{576, 2048}));
+    auto q = entries_of(plan, m.find("model.layers.3.self_attn.q_proj.weight"));
+    ASSERT_EQ(q.size(), 1u);
+    EXPECT_EQ(q[0]->copy.src_offset, int64_t(768) * t * 2048);  // heads [4t, 4t+4) of 192 rows
+    EXPECT_EQ(q[0]->copy.numel, 768 * 2048);
+    auto kva = entries_of(plan, m.find("model.layers.3.self_attn.kv_a_proj_with_mqa.weight"));
+    ASSERT_EQ(kva.size(), 1u);
+    EXPECT_EQ(kva[0]->copy.src_offset, 0);
+    EXPECT_EQ(kva[0]->dst_offset, 0);
+    EXPECT_EQ(kva[0]->copy.numel, 576 * 2048);
+    expect_owns_experts(m, plan, 16 * t, 16, 64, [](int64_t e) {  // EP 4 over 64 experts
+      return "model.layers.3.mlp.experts." + std::to_string(e) + ".up_proj.weight";
+    });
+  }
 }
 
 TEST(Plan, Qwen3At235BTp8Facts) {
@@ -143,14 +356,6 @@ TEST(Plan, Qwen3At235BTp8Facts) {
     int32_t w13 = EngineParams(m, inf, t).find(0, Slot::kW13);
     EXPECT_EQ(plan.params[size_t(w13)].shape, (std::vector<int64_t>{128, 384, 4096}));
   }
-}
-
-// Finds the entries of one HF tensor in a rank's plan.
-std::vector<const PlanEntry*> entries_of(const RankPlan& plan, int32_t hf) {
-  std::vector<const PlanEntry*> out;
-  for (const auto& e : plan.entries)
-    if (e.hf_param == hf) out.push_back(&e);
-  return out;
 }
 
 TEST(Plan, VocabPaddingIsZeroFilled) {
@@ -203,11 +408,9 @@ TEST(Plan, KimiMlaFacts) {
     auto bias = entries_of(plan, m.find("model.layers.5.mlp.gate.e_score_correction_bias"));
     ASSERT_EQ(bias.size(), 1u);
     EXPECT_EQ(plan.params[size_t(bias[0]->engine_param)].dtype, DType::kF32);
-    // EP 32: experts [12t, 12t+12).
-    auto expert = entries_of(plan, m.find("model.layers.5.mlp.experts." + std::to_string(12 * t + 11) + ".down_proj.weight"));
-    EXPECT_EQ(expert.size(), 1u);
-    EXPECT_TRUE(entries_of(plan, m.find("model.layers.5.mlp.experts." + std::to_string((12 * t + 12) % 384) +
-                                        ".down_proj.weight")).empty());
+    expect_owns_experts(m, plan, 12 * t, 12, 384, [](int64_t e) {  // EP 32 over 384 experts
+      return "model.layers.5.mlp.experts." + std::to_string(e) + ".down_proj.weight";
+    });
   }
 }
 

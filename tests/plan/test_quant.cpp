@@ -132,7 +132,8 @@ TEST(Quant, Llama4FusedExperts) {  // Llama-4-Scout's text part at TP 8, experts
 // The rule on slots (what the receiver quantizes) and on HF tensors (what FP8 on the wire
 // sends as codes): for every plan entry of every architecture, the two agree.
 TEST(Quant, RulesOnSlotsAndHfTensorsAgree) {
-  for (const char* m : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4"}) {
+  for (const char* m : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4", "tiny-qwen2",
+                        "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe"}) {
     ModelSpec model = load_model(m);
     InferenceLayout l = parse_inference_spec("tp1");
     l.replicas = 1;
