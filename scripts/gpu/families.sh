@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The architecture families of issue 22 on the GPU host, weights in GPU memory:
+#   tiny variants of each (Qwen2, Mistral, Mixtral, DeepSeek-V2, GLM-4.5, Llama with
+#     mlp_bias): every engine, a layout with TP and EP, every element verified;
+#   the bundled real configs that fit one GPU twice over (trainer + inference copies on the
+#     same GPU): Qwen2.5-7B-Instruct TP1 -> TP2 and DeepSeek-V2-Lite TP1 -> TP2/EP2: plans
+#     recorded (`plan record`), then one verified sync per engine;
+#   Mixtral-8x7B (93 GB) and GLM-4.5-Air (214 GB) do not fit twice on one GPU: their plans
+#     are recorded at a serving layout (TP8 / TP8,EP8) and shown, no sync.
+#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/families.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-results/gpu/families}"
+LOGS="${LOGS:-$OUT/logs}"
+source scripts/gpu/common.sh
+BUILD="${BUILD:-build-gpu}"
+SS="$BUILD/apps/shardsync"
+say "# architecture families on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
+nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
+[[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
+  -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
+gpu=(--memory cuda --syncs 2 --warmup 1 -q)
+tiny() {  # name np args...
+  local name="$1" np="$2"; shift 2
+  step "$name" 240 tests/engine/gpu_check.sh "$np" "$SS" "$@" "${gpu[@]}" --json "$OUT/$name.json"
+  grep -E "^ok|FAIL|^  (broadcast|v[0-9])" "$LOGS/$name.log" | tee -a "$SUM"
+}
+tiny tiny-qwen2 6 -m tiny-qwen2 -t tp2 -i tp4
+tiny tiny-mistral 5 -m tiny-mistral -t tp2 -i pp3
+tiny tiny-mixtral 6 -m tiny-mixtral -t tp2,ep2,etp1 -i dp2,ep2 -r 2
+tiny tiny-deepseek-v2 6 -m tiny-deepseek-v2 -t tp2,ep2,etp1 -i tp4
+tiny tiny-glm4-moe 6 -m tiny-glm4-moe -t tp2,pp2,layers=2/1 -i tp2,ep2
+tiny tiny-llama-mlp-bias 5 -m tiny-llama -t tp2 -i pp3
+real() {  # name np model trainer inference
+  local name="$1" np="$2" model="$3" trainer="$4" inference="$5"
+  step "$name-plan" 300 "$SS" plan record -m "$model" -t "$trainer" -i "$inference" -o "$OUT/$name.h5"
+  tail -3 "$LOGS/$name-plan.log" | tee -a "$SUM"
+  "$SS" plan show "$OUT/$name.h5" > "$OUT/$name-plan.txt" 2>&1; rm -f "$OUT/$name.h5"
+  step "$name" 420 mpirun --oversubscribe --bind-to none -np "$np" "$SS" bench -m "$model" -t "$trainer" -i "$inference" \
+    --memory cuda --send-buffer 1G --recv-buffer 1G --chunk 64M --syncs 1 --warmup 1 -q --json "$OUT/$name.json"
+  grep -E "^#|^  (broadcast|v[0-9])" "$LOGS/$name.log" | grep -v "UCX  WARN" | tee -a "$SUM"
+}
+real qwen2.5-7b 3 qwen2.5-7b-instruct tp1 tp2
+real deepseek-v2-lite 3 deepseek-v2-lite tp1 tp2,ep2
+for spec in "mixtral-8x7b mixtral-8x7b-v0.1 tp8 tp8" "glm-4.5-air glm-4.5-air tp8,ep8 tp8,ep8"; do
+  read -r name model trainer inference <<<"$spec"
+  step "$name-plan" 300 "$SS" plan record -m "$model" -t "$trainer" -i "$inference" -o "$OUT/$name.h5"
+  tail -3 "$LOGS/$name-plan.log" | tee -a "$SUM"
+  "$SS" plan show "$OUT/$name.h5" > "$OUT/$name-plan.txt" 2>&1; rm -f "$OUT/$name.h5"
+done
+[[ ${#FAILED_STEPS[@]} -eq 0 ]] && say "# all steps passed" || { say "# FAILED: ${FAILED_STEPS[*]}"; exit 1; }
