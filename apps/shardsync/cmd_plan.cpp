@@ -12,6 +12,7 @@
 #include "common/table.hpp"
 #include "model_layout_options.hpp"
 #include "plan/plan.hpp"
+#include "plan/loaders.hpp"
 #include "plan/store.hpp"
 
 namespace shardsync {
@@ -62,7 +63,7 @@ void run_plan_record(const PlanRecordOptions& o) {
   PlanIdentity id = plan_identity(*s.model, inf);
   t.add_title("plans for model " + s.model->name() + " (hash " + id.model_hash + "), inference " + id.layout + " x " +
               std::to_string(inf.layout().replicas) + " replicas: " + std::to_string(plans.size()) +
-              " distinct rank plans (every replica's rank r uses plan r)");
+              " distinct rank plans (every replica's rank r uses plan r), loaders of " + id.vllm);
   t.print(std::cout);
   std::cout << "# recorded " << entries << " entries in " << fmt_fixed(record_s, 3) << " s, wrote " << o.out << " ("
             << fmt_human_bytes(int64_t(std::filesystem::file_size(o.out))) << ") in " << fmt_fixed(write_s, 3) << " s\n";
@@ -81,6 +82,9 @@ void run_plan_show(const PlanShowOptions& o) {
   ModelSpec m = load_model(o.model.empty() ? id.model_name : o.model);
   InferenceLayout l = parse_inference_spec(id.layout, o.file + " (attribute inference_layout)");
   l.replicas = 1;
+  InferenceLayout older = l;
+  older.shared_experts_tp = true;
+  l.shared_experts_tp = id.vllm == vllm_rules(older);  // the rules the file says it followed
   InferencePlacement inf(m, l);
   PlanFile f = read_plans(o.file, m, inf);
   if (o.rank >= int(f.plans.size()))
@@ -91,6 +95,7 @@ void run_plan_show(const PlanShowOptions& o) {
     j["format_version"] = f.format_version;
     j["model"] = id.model_name;
     j["model_hash"] = id.model_hash;
+    j["vllm"] = id.vllm;
     j["inference_layout"] = id.layout;
     for (const RankPlan& p : f.plans) {
       if (o.rank >= 0 && p.local_rank != o.rank) continue;
@@ -119,7 +124,8 @@ void run_plan_show(const PlanShowOptions& o) {
   }
   if (o.rank < 0) {
     Table t = rank_summary_table(m, f.plans);
-    t.add_title(o.file + ": model " + id.model_name + " (hash " + id.model_hash + "), inference " + id.layout);
+    t.add_title(o.file + ": model " + id.model_name + " (hash " + id.model_hash + "), inference " + id.layout +
+                ", loaders of " + id.vllm);
     t.print(std::cout);
     return;
   }

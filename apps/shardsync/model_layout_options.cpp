@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "model/bundled.hpp"
+#include "plan/loaders.hpp"
 #include "plan/quant.hpp"
 
 namespace shardsync {
@@ -36,6 +37,10 @@ void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
                   "weights with an fp32 weight_scale_inv per 128 x 128 block, as vLLM's block-FP8 methods; "
                   "docs/fp8.md says which weights)")
       ->check(CLI::IsMember({"none", "fp8-block128"}));
+  app->add_flag("--shared-experts-tp", opts->shared_experts_tp,
+               "Split DeepSeek-class shared experts over TP even under sequence-parallel MoE (EP with tp > 1 and "
+               "dp > 1), as vLLM before 0.11.0 did; by default plans follow vLLM " + std::string(kVllmVersion) +
+                   ", which keeps them whole on every rank there (also \"shared_experts_tp\": true in a layout)");
   app->add_option("--world-size", opts->world_size,
                   "Check that trainer + inference ranks add up to this many (e.g. a Slurm allocation)")
       ->check(CLI::Range(1, 1 << 24));
@@ -64,11 +69,14 @@ ResolvedSetup resolve_setup(const ModelLayoutOptions& opts) {
   if (!opts.inference.empty()) {
     int file_replicas = inference.replicas;
     Quant file_quant = inference.quant;
+    bool file_shared_tp = inference.shared_experts_tp;
     inference = parse_inference_spec(opts.inference);
     if (inference.replicas == 0) inference.replicas = file_replicas;  // not given in the spec
     inference.quant = file_quant;  // the spec has no quant; --quant below overrides the file's
+    inference.shared_experts_tp = file_shared_tp;
   }
   if (opts.replicas > 0) inference.replicas = opts.replicas;
+  if (opts.shared_experts_tp) inference.shared_experts_tp = true;
   if (!opts.quant.empty() && !parse_quant(opts.quant, &inference.quant))
     throw InputError("--quant", opts.quant, "expected none or fp8-block128");
   s.model = std::make_unique<ModelSpec>(load_model(model));

@@ -24,6 +24,7 @@ struct ModelLayoutOptions {
   std::string inference;
   int replicas = 0;  // 0: from the layout file or 1
   std::string quant;  // "": from the layout file, else none / fp8-block128
+  bool shared_experts_tp = false;  // the pre-0.11 vLLM rule for DeepSeek-class shared experts
   int world_size = 0;  // 0: unchecked; else trainer + inference ranks must equal it
 };
 

@@ -70,7 +70,7 @@ void InferencePlacement::validate() {
   if (padded_vocab() % T) fail("tp=" + std::to_string(T), "must divide the padded vocabulary " + std::to_string(padded_vocab()));
   if (c.is_moe()) {
     int64_t m = moe_size();
-    if (c.shared_intermediate % T) fail("tp=" + std::to_string(T), "must divide the shared expert width " + std::to_string(c.shared_intermediate));
+    if (c.shared_intermediate % T && !shared_experts_whole()) fail("tp=" + std::to_string(T), "must divide the shared expert width " + std::to_string(c.shared_intermediate));
     if (l.enable_ep) {
       if (m > c.num_experts) fail("ep=" + std::to_string(m), "exceeds num_experts = " + std::to_string(c.num_experts));
     } else if (c.moe_intermediate % m) {
@@ -127,6 +127,12 @@ int64_t InferencePlacement::kv_head_first(int tp_rank) const {
   return (tp_rank / replicas) * kv_heads_per_rank();
 }
 
+bool InferencePlacement::shared_experts_whole() const {
+  const InferenceLayout& l = layout_;
+  return model_->config().is_mla() && model_->config().num_shared_experts > 0 && l.enable_ep && l.tp > 1 &&
+         l.dp > 1 && !l.shared_experts_tp;
+}
+
 int64_t InferencePlacement::padded_vocab() const {
   int64_t V = model_->config().vocab;
   return (V + 63) / 64 * 64;
@@ -146,12 +152,13 @@ int64_t InferencePlacement::needed_bytes(int rank, int32_t param_idx) const {
       int64_t rows = std::max<int64_t>(0, std::min(c.vocab, start + per) - start);
       return rows * p.shape[1] * elem;
     }
-    case TensorKind::kQProj:
-    case TensorKind::kGateProj:
-    case TensorKind::kUpProj:
     case TensorKind::kSharedGate:
     case TensorKind::kSharedUp:
     case TensorKind::kSharedDown:
+      return shared_experts_whole() ? bytes : bytes / T;
+    case TensorKind::kQProj:
+    case TensorKind::kGateProj:
+    case TensorKind::kUpProj:
     case TensorKind::kMlaQB:
     case TensorKind::kMlaKvB:
     case TensorKind::kMlaQ:

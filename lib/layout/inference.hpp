@@ -24,6 +24,10 @@ struct InferenceLayout {
   int tp = 1, dp = 1, pp = 1;
   bool enable_ep = false;
   Quant quant = Quant::kNone;
+  // vLLM >= 0.11.0 gives every rank the whole shared experts of DeepSeek-class models under
+  // its sequence-parallel MoE (EP, tp > 1, dp > 1, the default all2all backend); true keeps
+  // the older rule (split over the attention TP group), as vLLM 0.10 did.
+  bool shared_experts_tp = false;
   std::string source = "--inference";
 
   int ranks_per_replica() const { return tp * dp * pp; }
@@ -69,6 +73,10 @@ class InferencePlacement {
 
   // vLLM VocabParallelEmbedding: padded vocab (multiple of 64) and a rank's real rows.
   int64_t padded_vocab() const;
+
+  // vLLM ParallelConfig.use_sequence_parallel_moe for a DeepSeek-class model: its shared
+  // experts are then whole on every rank (disable_tp), not split over TP.
+  bool shared_experts_whole() const;
   int64_t vocab_rows_per_rank() const { return padded_vocab() / layout_.tp; }
 
   // Bytes of an HF tensor that a rank keeps (layout rules; the recorded plan must agree).

@@ -130,6 +130,7 @@ LayoutFile parse_layout_json(const std::string& text, const std::string& source,
   f.inference.dp = int(i.get_int_or("dp", 1, 1));
   f.inference.pp = int(i.get_int_or("pp", 1, 1));
   f.inference.replicas = int(i.get_int_or("replicas", 1, 1));
+  f.inference.shared_experts_tp = i.get_bool_or("shared_experts_tp", false);
   const std::string quant = i.get_string_or("quant", "none");
   if (!parse_quant(quant, &f.inference.quant))
     i.fail("quant", "expected \"none\" or \"fp8-block128\", got \"" + quant + "\"");

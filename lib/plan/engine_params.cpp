@@ -102,8 +102,11 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
       if (c.num_shared_experts > 0) {
         std::string sp = moe + (c.arch == Arch::kLlama4 ? "shared_expert." : "shared_experts.");
         int64_t si = c.shared_intermediate;
-        add(l, Slot::kSharedGateUp, sp + "gate_up_proj.weight", {2 * si / T, h}, LK::kMergedColumn, dt, {si, si});
-        add(l, Slot::kSharedDown, sp + "down_proj.weight", {h, si / T}, LK::kRow, dt);
+        const bool whole = inf.shared_experts_whole();  // vLLM's disable_tp under sequence-parallel MoE
+        const int64_t st = whole ? 1 : T;
+        add(l, Slot::kSharedGateUp, sp + "gate_up_proj.weight", {2 * si / st, h}, LK::kMergedColumn, dt, {si, si}, whole);
+        add(l, Slot::kSharedDown, sp + "down_proj.weight", {h, si / st}, whole ? LK::kReplicated : LK::kRow, dt, {},
+            whole);
       }
     } else {
       int64_t I = c.intermediate;

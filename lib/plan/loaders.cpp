@@ -13,6 +13,10 @@ LoaderRank::LoaderRank(const ModelSpec& m, const InferencePlacement& inf, int r)
   moe_tp_rank = inf.ep() ? 0 : coord.moe_rank;
 }
 
+std::string vllm_rules(const InferenceLayout& l) {
+  return std::string("vLLM ") + kVllmVersion + (l.shared_experts_tp ? " with shared experts split over TP (pre-0.11 rule)" : "");
+}
+
 const char* LoaderRank::loader_name() const { return arch_name(model->config().arch); }
 
 namespace {
@@ -207,9 +211,12 @@ void load_weight(const LoaderRank& r, int32_t hf_idx, const T& w, ParamStore<T>&
                            p.kind == TensorKind::kSharedGate ? 0 : 1);
       return;
     }
-    case TensorKind::kSharedDown:
-      row_loader(r, need(r, store, l, Slot::kSharedDown, p), w);
+    case TensorKind::kSharedDown: {
+      T& dst = need(r, store, l, Slot::kSharedDown, p);
+      if (store.params->params()[size_t(store.params->find(l, Slot::kSharedDown))].disable_tp) dst.copy_(w);
+      else row_loader(r, dst, w);
       return;
+    }
     case TensorKind::kRouter:
       need(r, store, l, Slot::kRouter, p).copy_(w);
       return;

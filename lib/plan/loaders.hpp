@@ -13,6 +13,14 @@
 
 namespace shardsync {
 
+// The vLLM release whose loaders the plans follow; recorded in plan files, printed by `plan
+// show`. Its one rule that older releases lack: DeepSeek-class shared experts whole on every
+// rank under sequence-parallel MoE (InferencePlacement::shared_experts_whole).
+inline constexpr const char* kVllmVersion = "0.11.0";
+// What a plan of this layout follows: "vLLM 0.11.0", or with the older shared-expert rule
+// when the layout asks for it.
+std::string vllm_rules(const InferenceLayout& l);
+
 // Where a loader runs: one inference rank.
 struct LoaderRank {
   const ModelSpec* model = nullptr;

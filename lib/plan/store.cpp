@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "plan/loaders.hpp"
 
 namespace shardsync {
 
@@ -338,6 +339,7 @@ PlanIdentity plan_identity(const ModelSpec& model, const InferencePlacement& inf
   lh.str(id.layout);
   id.layout_hash = lh.hex();
   id.ranks_per_replica = inf.layout().ranks_per_replica();
+  id.vllm = vllm_rules(inf.layout());
   return id;
 }
 
@@ -364,6 +366,7 @@ void write_plans(const std::string& path, const ModelSpec& model, const Inferenc
     write_int_attr(root, "model_num_tensors", int64_t(model.params().size()), path);
     write_string_attr(root, "inference_layout", id.layout, path);
     write_string_attr(root, "layout_hash", id.layout_hash, path);
+    write_string_attr(root, "vllm", id.vllm, path);
     write_int_attr(root, "ranks_per_replica", id.ranks_per_replica, path);
     H5Id pt = param_type(), et = entry_type(), ot = op_type();
     for (const RankPlan& plan : plans) {
@@ -412,6 +415,7 @@ PlanIdentity read_plan_identity(const std::string& path) {
   id.model_hash = read_string_attr(root, "model_hash", path);
   id.layout = read_string_attr(root, "inference_layout", path);
   id.layout_hash = read_string_attr(root, "layout_hash", path);
+  id.vllm = read_string_attr(root, "vllm", path);
   int64_t rpr = read_int_attr(root, "ranks_per_replica", path);
   if (rpr < 1 || rpr > (1 << 20)) read_fail(path, "attribute 'ranks_per_replica'", "implausible value " + std::to_string(rpr));
   id.ranks_per_replica = int(rpr);
@@ -431,6 +435,9 @@ PlanFile read_plans(const std::string& path, const ModelSpec& model, const Infer
   if (got.layout != want.layout || got.layout_hash != want.layout_hash)
     read_fail(path, "attribute 'inference_layout'",
               "recorded for inference layout " + got.layout + ", but this run uses " + want.layout);
+  if (got.vllm != want.vllm)
+    read_fail(path, "attribute 'vllm'", "recorded following " + got.vllm + ", but this run follows " + want.vllm +
+                                            "; record the plans again");
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) read_fail(path, "(file)", "cannot open as HDF5");
   H5Id pt = param_type(), et = entry_type(), ot = op_type();

@@ -12,7 +12,7 @@
 
 namespace shardsync {
 
-inline constexpr int kPlanFormatVersion = 1;
+inline constexpr int kPlanFormatVersion = 2;  // 2: the vLLM rules the loaders followed
 
 // Identity of what the plans were recorded for.
 struct PlanIdentity {
@@ -20,6 +20,7 @@ struct PlanIdentity {
   std::string model_hash;   // hash of the HF tensor list (names, dtypes, shapes) and architecture
   std::string layout;       // inference layout per replica, e.g. "dp16,ep16"
   std::string layout_hash;
+  std::string vllm;         // vllm_rules(): which vLLM release's loaders the plans follow
   int ranks_per_replica = 0;
 };
 PlanIdentity plan_identity(const ModelSpec& model, const InferencePlacement& inf);

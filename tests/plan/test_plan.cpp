@@ -45,6 +45,7 @@ std::vector<RealTensor> make_params(const std::vector<EngineParam>& params) {
 struct Case {
   const char* model;
   const char* inference;
+  bool shared_experts_tp = false;  // the pre-0.11 vLLM rule
 };
 
 void check_case(const Case& c) {
@@ -52,6 +53,7 @@ void check_case(const Case& c) {
   ModelSpec m = load_model(c.model);
   InferenceLayout l = parse_inference_spec(c.inference);
   l.replicas = 1;
+  l.shared_experts_tp = c.shared_experts_tp;
   InferencePlacement inf(m, l);
   std::vector<RealTensor> hf = make_hf_tensors(m);
   for (int rank = 0; rank < inf.world_size(); ++rank) {
@@ -119,8 +121,10 @@ TEST(Plan, ReplayEqualsReferenceQwen3Moe) {
 }
 
 TEST(Plan, ReplayEqualsReferenceMlaMoe) {
-  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "tp2,pp2", "tp2,dp4", "dp8,ep8"})
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "tp2,pp2", "tp2,dp4", "dp8,ep8", "dp2,tp2,ep4",
+                        "dp2,tp4,ep8"})
     check_case({"tiny-kimi", l});
+  check_case({"tiny-kimi", "dp2,tp2,ep4", true});
 }
 
 TEST(Plan, ReplayEqualsReferenceLlama4) {
@@ -185,6 +189,46 @@ TEST(Plan, Glm45AirTp8Ep8Facts) {
       return "model.layers.2.mlp.experts." + std::to_string(e) + ".gate_proj.weight";
     });
   }
+}
+
+// vLLM 0.11.0 deepseek_v2.py: under sequence-parallel MoE (EP, tp > 1, dp > 1, the default
+// all2all backend) DeepseekV2MLP's shared experts get disable_tp, so every rank holds them
+// whole; vLLM 0.10 split them over the attention TP group (--shared-experts-tp).
+TEST(Plan, SequenceParallelMoeKeepsSharedExpertsWhole) {
+  ModelSpec m = load_model("tiny-kimi");  // shared expert width 32, hidden 64
+  auto shared_gate = [&](const char* spec, bool older, int rank) {
+    InferenceLayout l = parse_inference_spec(spec);
+    l.replicas = 1;
+    l.shared_experts_tp = older;
+    InferencePlacement inf(m, l);
+    RankPlan plan = record_rank_plan(m, inf, rank);
+    auto e = entries_of(plan, m.find("model.layers.1.mlp.shared_experts.gate_proj.weight"));
+    EXPECT_EQ(e.size(), 1u) << spec;
+    return e.empty() ? std::pair<int64_t, int64_t>{-1, -1} : std::pair{e[0]->copy.src_offset, e[0]->copy.numel};
+  };
+  EXPECT_EQ(shared_gate("tp2,dp2,ep4", false, 0), (std::pair<int64_t, int64_t>{0, 32 * 64}));  // rows [0:32]
+  EXPECT_EQ(shared_gate("tp2,dp2,ep4", false, 3), (std::pair<int64_t, int64_t>{0, 32 * 64}));
+  EXPECT_EQ(shared_gate("tp2,dp2,ep4", true, 0), (std::pair<int64_t, int64_t>{0, 16 * 64}));   // rows [0:16]
+  EXPECT_EQ(shared_gate("tp2,dp2,ep4", true, 3), (std::pair<int64_t, int64_t>{16 * 64, 16 * 64}));
+  // Not sequence-parallel: no EP, or tp 1, or dp 1.
+  EXPECT_EQ(shared_gate("tp2,dp2", false, 1), (std::pair<int64_t, int64_t>{16 * 64, 16 * 64}));
+  EXPECT_EQ(shared_gate("tp2,ep2", false, 1), (std::pair<int64_t, int64_t>{16 * 64, 16 * 64}));
+  EXPECT_EQ(shared_gate("dp4,ep4", false, 1), (std::pair<int64_t, int64_t>{0, 32 * 64}));
+  // Only DeepSeek-class models: GLM-4.5's shared experts stay split (glm4_moe.py has no such path).
+  ModelSpec glm = load_model("tiny-glm4-moe");
+  InferenceLayout gl = parse_inference_spec("tp2,dp2,ep4");
+  gl.replicas = 1;
+  EXPECT_FALSE(InferencePlacement(glm, gl).shared_experts_whole());
+  // Kimi K2 at tp8,dp4,ep32: each rank takes 7/8 of 60 layers' shared experts more, 4.62 GB.
+  ModelSpec kimi = load_model("kimi-k2-instruct");
+  InferenceLayout k = parse_inference_spec("tp8,dp4,ep32");
+  k.replicas = 1;
+  InferencePlacement now(kimi, k);
+  k.shared_experts_tp = true;
+  InferencePlacement before(kimi, k);
+  const int64_t per_layer = int64_t(3) * 2048 * 7168 * 2;  // gate, up, down of one shared expert, bf16
+  EXPECT_EQ(now.needed_bytes(0) - before.needed_bytes(0), 60 * per_layer / 8 * 7);
+  EXPECT_EQ(record_rank_plan(kimi, now, 5).copy_bytes(kimi), now.needed_bytes(5));
 }
 
 // Hand-written vLLM facts (qwen2.py: QKVParallelLinear bias=True, o_proj bias=False).

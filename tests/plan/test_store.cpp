@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "layout/parse.hpp"
+#include "plan/loaders.hpp"
 #include "plan/store.hpp"
 
 namespace shardsync {
@@ -53,6 +54,19 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// Plans name the vLLM rules their loaders followed; a run under other rules refuses them.
+TEST(PlanStore, RecordsTheVllmRulesAndRefusesOthers) {
+  Fixture f("tiny-kimi", "dp2,tp2,ep4");
+  const std::string path = temp_path("vllm.h5");
+  write_plans(path, f.model, f.inf, f.plans);
+  EXPECT_EQ(read_plan_identity(path).vllm, std::string("vLLM ") + kVllmVersion);
+  EXPECT_EQ(read_plans(path, f.model, f.inf).plans.size(), 4u);
+  InferenceLayout older = f.inf.layout();
+  older.shared_experts_tp = true;
+  InferencePlacement inf_older(f.model, older);
+  expect_error([&] { read_plans(path, f.model, inf_older); }, "attribute 'vllm': recorded following vLLM");
 }
 
 TEST(PlanStore, RoundTripIsExact) {
