@@ -50,6 +50,10 @@ void run_model_show(const ModelShowOptions& o) {
   if (c.num_mtp_layers > 0)
     t.add_title("num_nextn_predict_layers " + std::to_string(c.num_mtp_layers) +
                 ": the MTP layers are not listed (vLLM's main model skips them)");
+  if (!c.checkpoint_quant.empty())
+    t.add_title("quantization_config " + c.checkpoint_quant +
+                ": the checkpoint's storage only; weights are listed, counted and moved as " + dtype_name(c.dtype) +
+                ", the trainer's values (experts as unpacked values)");
   if (c.router_fp32) t.add_title("router gate.weight held in fp32, as vLLM's " + c.architecture + " holds it");
   t.add_row({"layers", fmt_int(c.num_layers), "", std::to_string(num_moe) + " MoE"});
   t.add_row({"tensors", fmt_int(int64_t(m.params().size())), "", "HF tensors"});

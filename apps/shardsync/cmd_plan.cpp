@@ -84,7 +84,7 @@ void run_plan_show(const PlanShowOptions& o) {
   l.replicas = 1;
   InferenceLayout older = l;
   older.shared_experts_tp = true;
-  l.shared_experts_tp = id.vllm == vllm_rules(older);  // the rules the file says it followed
+  l.shared_experts_tp = id.vllm == vllm_rules(m.config(), older);  // the rules the file says it followed
   InferencePlacement inf(m, l);
   PlanFile f = read_plans(o.file, m, inf);
   if (o.rank >= int(f.plans.size()))

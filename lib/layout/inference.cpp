@@ -73,6 +73,9 @@ void InferencePlacement::validate() {
     if (c.shared_intermediate % T && !shared_experts_whole()) fail("tp=" + std::to_string(T), "must divide the shared expert width " + std::to_string(c.shared_intermediate));
     if (l.enable_ep) {
       if (m > c.num_experts) fail("ep=" + std::to_string(m), "exceeds num_experts = " + std::to_string(c.num_experts));
+      if (c.arch == Arch::kGptOss && c.num_experts % m)  // its loader slices num_experts // ep_size a rank
+        fail("ep=" + std::to_string(m), "must divide num_local_experts = " + std::to_string(c.num_experts) +
+                                            " (vLLM's gpt-oss loader gives every EP rank num_experts // ep experts)");
     } else if (c.moe_intermediate % m) {
       fail("dp*tp=" + std::to_string(m), "must divide moe_intermediate_size = " + std::to_string(c.moe_intermediate) +
                                              " (MoE-TP is flattened over DP without EP)");
@@ -162,6 +165,7 @@ int64_t InferencePlacement::needed_bytes(int rank, int32_t param_idx) const {
     case TensorKind::kMlaQB:
     case TensorKind::kMlaKvB:
     case TensorKind::kMlaQ:
+    case TensorKind::kSinks:
       return bytes / T;
     case TensorKind::kKProj:
     case TensorKind::kVProj:
@@ -177,6 +181,9 @@ int64_t InferencePlacement::needed_bytes(int rank, int32_t param_idx) const {
     case TensorKind::kFusedExpertsGateUp:
     case TensorKind::kFusedExpertsDown:
       if (ep()) return bytes / c.num_experts * local_expert_count(co.moe_rank);
+      // gpt-oss's down_proj bias: whole on MoE-TP rank 0, zeros elsewhere (summed once by the
+      // MoE all-reduce)
+      if (p.is_bias && p.kind == TensorKind::kFusedExpertsDown) return co.moe_rank == 0 ? bytes : 0;
       return bytes / m;
     default:
       return bytes;  // norms, routers, router bias, MLA down-projections: replicated

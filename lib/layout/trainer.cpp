@@ -58,6 +58,7 @@ SplitRule dense_rule(const ParamMeta& p) {
     case TensorKind::kMlaQB:
     case TensorKind::kMlaKvB:
     case TensorKind::kMlaQ:
+    case TensorKind::kSinks:  // with the q heads
       return {SplitRule::kEven, 0};
     case TensorKind::kOProj:
     case TensorKind::kDownProj:
@@ -74,13 +75,13 @@ bool is_expert(TensorKind k) {
          k == TensorKind::kFusedExpertsGateUp || k == TensorKind::kFusedExpertsDown;
 }
 
-// The ETP split dimension of expert tensors (HF layout).
-int expert_split_dim(TensorKind k) {
-  switch (k) {
-    case TensorKind::kExpertDown: return 1;          // [h, mi]
-    case TensorKind::kFusedExpertsGateUp: return 2;  // [E, h, 2I]
-    case TensorKind::kFusedExpertsDown: return 1;    // [E, I, h]
-    default: return 0;                               // gate/up [mi, h]
+// The ETP split dimension of expert tensors (HF layout); -1: whole on every ETP rank.
+int expert_split_dim(const ParamMeta& p) {
+  switch (p.kind) {
+    case TensorKind::kExpertDown: return 1;                          // [h, mi]
+    case TensorKind::kFusedExpertsGateUp: return p.is_bias ? 1 : 2;  // [E, h, 2I], bias [E, 2I]
+    case TensorKind::kFusedExpertsDown: return p.is_bias ? -1 : 1;   // [E, I, h]; a row-parallel bias [E, h]
+    default: return 0;                                               // gate/up [mi, h]
   }
 }
 
@@ -127,6 +128,7 @@ void TrainerPlacement::validate() {
     if (c.num_heads % t) fail_divide(l, "num_attention_heads", c.num_heads, "tp", t, *model_);
   } else {
     if (c.q_proj_rows() % t) fail_divide(l, "q_proj rows (heads*head_dim)", c.q_proj_rows(), "tp", t, *model_);
+    if (c.attn_sinks && c.num_heads % t) fail_divide(l, "num_attention_heads (sinks)", c.num_heads, "tp", t, *model_);
     if (c.kv_proj_rows() % t) fail_divide(l, "k_proj/v_proj rows (kv_heads*head_dim)", c.kv_proj_rows(), "tp", t, *model_);
   }
   bool any_dense = false;
@@ -185,9 +187,17 @@ std::vector<TrainerPlacement::Piece> TrainerPlacement::pieces(int32_t param_idx)
   std::vector<Piece> out;
   int stage = stage_of_param(p);
   if (is_expert(p.kind)) {
-    int dim = expert_split_dim(p.kind);
-    int64_t n = p.shape[size_t(dim)] / etp_;
+    const int dim = expert_split_dim(p);
     auto add_owner = [&](int owner, const Box& base) {
+      if (dim < 0) {
+        Piece piece{base, {}};
+        for (int et = 0; et < etp_; ++et)
+          for (int ed = 0; ed < edp_; ++ed) piece.ranks.push_back(expert_rank(et, owner, ed, stage));
+        std::sort(piece.ranks.begin(), piece.ranks.end());
+        out.push_back(std::move(piece));
+        return;
+      }
+      const int64_t n = p.shape[size_t(dim)] / etp_;
       for (int et = 0; et < etp_; ++et) {
         Piece piece{base, {}};
         piece.box.start[size_t(dim)] = et * n;

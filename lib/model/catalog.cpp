@@ -36,6 +36,7 @@ const char* tensor_kind_name(TensorKind k) {
     case TensorKind::kMlaKvB: return "mla_kv_b";
     case TensorKind::kFusedExpertsGateUp: return "fused_experts_gate_up";
     case TensorKind::kFusedExpertsDown: return "fused_experts_down";
+    case TensorKind::kSinks: return "sinks";
   }
   return "?";
 }
@@ -106,6 +107,7 @@ void add_gqa_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
     b.add(p + "q_norm.weight", {c.head_dim}, TensorKind::kNorm, l);
     b.add(p + "k_norm.weight", {c.head_dim}, TensorKind::kNorm, l);
   }
+  if (c.attn_sinks) b.add(p + "sinks", {c.num_heads}, TensorKind::kSinks, l);
 }
 
 void add_mla_attention(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
@@ -167,6 +169,19 @@ void add_llama4_moe(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
                 TensorKind::kSharedGate, TensorKind::kSharedUp, TensorKind::kSharedDown);
 }
 
+// gpt-oss: a router with a bias, and the experts fused with their biases; gate_up's last
+// dimension interleaves gate and up columns (g0, u0, g1, u1, ...).
+void add_gpt_oss_moe(const ModelConfig& c, ParamListBuilder& b, int32_t l) {
+  std::string p = lp(c, l) + "mlp.";
+  int64_t E = c.num_experts, h = c.hidden, I = c.moe_intermediate;
+  b.add(p + "router.weight", {E, h}, TensorKind::kRouter, l);
+  b.add(p + "router.bias", {E}, TensorKind::kRouterBias, l, -1, true);
+  b.add(p + "experts.gate_up_proj", {E, h, 2 * I}, TensorKind::kFusedExpertsGateUp, l);
+  b.add(p + "experts.gate_up_proj_bias", {E, 2 * I}, TensorKind::kFusedExpertsGateUp, l, -1, true);
+  b.add(p + "experts.down_proj", {E, I, h}, TensorKind::kFusedExpertsDown, l);
+  b.add(p + "experts.down_proj_bias", {E, h}, TensorKind::kFusedExpertsDown, l, -1, true);
+}
+
 std::vector<ParamMeta> make_params(const ModelConfig& c) {
   ParamListBuilder b(c);
   b.add(c.model_prefix + "embed_tokens.weight", {c.vocab, c.hidden}, TensorKind::kEmbedding, -1);
@@ -180,6 +195,8 @@ std::vector<ParamMeta> make_params(const ModelConfig& c) {
       if (moe) add_llama4_moe(c, b, l);
       else add_dense_mlp(c, b, l, "feed_forward.", c.intermediate, TensorKind::kGateProj,
                          TensorKind::kUpProj, TensorKind::kDownProj);
+    } else if (moe && c.arch == Arch::kGptOss) {
+      add_gpt_oss_moe(c, b, l);
     } else if (moe) {
       add_per_expert_moe(c, b, l);
     } else {

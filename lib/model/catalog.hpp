@@ -26,7 +26,8 @@ enum class TensorKind : uint8_t {
   kSharedGate, kSharedUp, kSharedDown,
   kMlaQA, kMlaQB, kMlaKvA, kMlaKvB,
   kMlaQ,  // MLA q_proj straight from the hidden state (q_lora_rank null): column-parallel
-  kFusedExpertsGateUp, kFusedExpertsDown,  // Llama-4 [E, in, out]
+  kFusedExpertsGateUp, kFusedExpertsDown,  // Llama-4, gpt-oss [E, in, out] (gpt-oss: and [E, out] biases)
+  kSinks,  // gpt-oss attention sinks, one per head: split over TP with the q heads
 };
 const char* tensor_kind_name(TensorKind k);
 

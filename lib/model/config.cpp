@@ -19,6 +19,7 @@ const char* arch_name(Arch a) {
     case Arch::kMixtral: return "mixtral";
     case Arch::kDeepseekV2: return "deepseek_v2";
     case Arch::kGlm4Moe: return "glm4_moe";
+    case Arch::kGptOss: return "gpt_oss";
   }
   return "?";
 }
@@ -41,6 +42,7 @@ constexpr ArchName kArchNames[] = {
     {"MixtralForCausalLM", Arch::kMixtral},
     {"DeepseekV2ForCausalLM", Arch::kDeepseekV2},
     {"Glm4MoeForCausalLM", Arch::kGlm4Moe},
+    {"GptOssForCausalLM", Arch::kGptOss},
 };
 
 void parse_attention(const JsonFields& f, ModelConfig& c) {
@@ -69,14 +71,23 @@ void parse_common(const JsonFields& f, ModelConfig& c) {
   if (!parse_dtype(dt, &c.dtype))
     f.fail("torch_dtype", "expected bfloat16, float16 or float32, got \"" + dt + "\"");
   if (c.dtype == DType::kF8E4M3) c.dtype = DType::kBF16;  // trainers produce bf16
+  if (f.has("quantization_config")) {
+    JsonFields q = f.get_object("quantization_config");
+    c.checkpoint_quant = q.get_string_or("quant_method", "unnamed");
+  }
+}
+
+// The routed experts: how many (`count`), each of width `width`, top-k of them per token.
+void parse_experts(const JsonFields& f, ModelConfig& c, const char* count, const char* width) {
+  c.num_experts = f.get_int(count);
+  c.moe_intermediate = f.get_int(width);
+  int64_t topk = f.get_int("num_experts_per_tok");
+  if (topk > c.num_experts)
+    f.fail("num_experts_per_tok", "must be <= " + std::string(count) + " (" + std::to_string(c.num_experts) + ")");
 }
 
 void parse_qwen3_moe(const JsonFields& f, ModelConfig& c) {
-  c.num_experts = f.get_int("num_experts");
-  c.moe_intermediate = f.get_int("moe_intermediate_size");
-  int64_t topk = f.get_int("num_experts_per_tok");
-  if (topk > c.num_experts)
-    f.fail("num_experts_per_tok", "must be <= num_experts (" + std::to_string(c.num_experts) + ")");
+  parse_experts(f, c, "num_experts", "moe_intermediate_size");
   c.sparse_step = f.get_int_or("decoder_sparse_step", 1, 1);
   c.mlp_only_layers = f.get_int_list_or("mlp_only_layers", {});
   for (int64_t l : c.mlp_only_layers)
@@ -138,15 +149,21 @@ void parse_glm4_moe(const JsonFields& f, ModelConfig& c) {
 }
 
 void parse_mixtral(const JsonFields& f, ModelConfig& c) {
-  c.num_experts = f.get_int("num_local_experts");
-  c.moe_intermediate = f.get_int("intermediate_size");
-  int64_t topk = f.get_int("num_experts_per_tok");
-  if (topk > c.num_experts)
-    f.fail("num_experts_per_tok", "must be <= num_local_experts (" + std::to_string(c.num_experts) + ")");
+  parse_experts(f, c, "num_local_experts", "intermediate_size");
   c.moe_block = "block_sparse_moe.";
   c.expert_names[0] = "w1";  // gate
   c.expert_names[1] = "w3";  // up
   c.expert_names[2] = "w2";  // down
+}
+
+// gpt-oss: every layer MoE, experts stored fused ([E, hidden, 2I] with gate and up columns
+// interleaved) with biases; attention biases and sinks. vLLM builds the biases whatever the
+// config says (QKVParallelLinear and RowParallelLinear default to bias=True there).
+void parse_gpt_oss(const JsonFields& f, ModelConfig& c) {
+  parse_experts(f, c, "num_local_experts", "intermediate_size");
+  c.qkv_bias = c.o_bias = true;
+  c.router_bias = true;
+  c.attn_sinks = true;
 }
 
 void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
@@ -154,13 +171,55 @@ void parse_llama4_text(const JsonFields& f, ModelConfig& c) {
   c.num_experts = f.get_int("num_local_experts");
   c.moe_intermediate = f.get_int("intermediate_size");
   c.intermediate = f.get_int("intermediate_size_mlp");
-  c.qkv_bias = c.o_bias = f.get_bool_or("attention_bias", false);
   c.num_shared_experts = 1;
   c.shared_intermediate = c.moe_intermediate;
   c.sparse_step = f.get_int_or("interleave_moe_layer_step", 1, 1);
   c.layer_prefix = "language_model.model.layers.";
   c.model_prefix = "language_model.model.";
   c.lm_head_name = "language_model.lm_head.weight";
+}
+
+// Config fields that change vLLM 0.11.0's parameter list in a way shardsync does not model
+// (read from the model files: which attributes add, drop or reshape parameters). Each is
+// refused by name rather than silently ignored. Fields vLLM reads and we model are parsed
+// above; fields that change no parameter (rope, sliding window, routing math) are ignored.
+struct Unmodelled {
+  std::initializer_list<Arch> archs;
+  const char* field;
+  bool (*applies)(const JsonFields& f, const ModelConfig& c);
+  const char* why;
+};
+
+bool is_true(const JsonFields& f, const char* k) { return f.has(k) && f.raw()[k].is_boolean() && f.raw()[k].get<bool>(); }
+
+const Unmodelled kUnmodelled[] = {
+    {{Arch::kLlama4}, "attention_bias",
+     [](const JsonFields& f, const ModelConfig&) { return is_true(f, "attention_bias"); },
+     "true, but vLLM's Llama-4 builds q/k/v/o without biases and does not read this field; the checkpoint's "
+     "biases would load nowhere"},
+    {{Arch::kGptOss}, "attention_bias",
+     [](const JsonFields& f, const ModelConfig&) { return f.has("attention_bias") && !is_true(f, "attention_bias"); },
+     "false, but vLLM's gpt-oss always has q/k/v and o_proj biases (its layers' default bias=True) and does not "
+     "read this field; they would stay unloaded"},
+    {{Arch::kGptOss}, "tie_word_embeddings",
+     [](const JsonFields& f, const ModelConfig&) { return is_true(f, "tie_word_embeddings"); },
+     "true, but vLLM's gpt-oss keeps an untied lm_head and skips loading it then, so it would stay unloaded"},
+    {{Arch::kDeepseekV3, Arch::kDeepseekV2, Arch::kGlm4Moe}, "tie_word_embeddings",
+     [](const JsonFields& f, const ModelConfig&) { return is_true(f, "tie_word_embeddings"); },
+     "true, but vLLM's model keeps a separate lm_head and does not read this field; the checkpoint has none to load"},
+    {{Arch::kDeepseekV3, Arch::kDeepseekV2}, "index_topk",
+     [](const JsonFields& f, const ModelConfig&) { return f.has("index_topk"); },
+     "present: DeepSeek-V3.2's sparse-attention indexer (wq_b, wk, k_norm, weights_proj) is not modelled"},
+    {{Arch::kQwen2}, "head_dim",
+     [](const JsonFields& f, const ModelConfig& c) { return f.has("head_dim") && c.head_dim * c.num_heads != c.hidden; },
+     "differs from hidden_size / num_attention_heads, which is what vLLM's Qwen2 uses (it does not read head_dim)"},
+};
+
+void refuse_unmodelled(const JsonFields& f, const ModelConfig& c) {
+  for (const Unmodelled& u : kUnmodelled)
+    for (Arch a : u.archs)
+      if (a == c.arch && u.applies(f, c))
+        f.fail(u.field, std::string("not modelled for ") + c.architecture + ": " + u.why);
 }
 
 // Counts that set how many tensors the catalog lists are bounded, so that an absurd
@@ -172,7 +231,8 @@ void check_plausible(const JsonFields& f, const ModelConfig& c) {
   limit("num_hidden_layers", c.num_layers, 100000);
   limit("num_attention_heads", c.num_heads, 1 << 20);
   limit(c.is_mla() || c.arch == Arch::kGlm4Moe ? "n_routed_experts"
-        : c.arch == Arch::kLlama4 || c.arch == Arch::kMixtral ? "num_local_experts" : "num_experts",
+        : c.arch == Arch::kLlama4 || c.arch == Arch::kMixtral || c.arch == Arch::kGptOss ? "num_local_experts"
+                                                                                           : "num_experts",
         c.num_experts, 1 << 20);
   int64_t tensors = c.num_layers * (3 * c.num_experts + 32);
   if (tensors > 50'000'000) f.fail("num_hidden_layers", "with the experts, " + std::to_string(tensors) + " tensors: implausibly many (limit 50,000,000)");
@@ -202,6 +262,8 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
       return true;
     case Arch::kLlama4:
       return (layer + 1) % sparse_step == 0;
+    case Arch::kGptOss:
+      return true;
     default:
       return false;
   }
@@ -237,7 +299,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       parse_common(top, c);
       parse_attention(top, c);
       c.intermediate = top.get_int("intermediate_size");
-      c.qkv_bias = c.o_bias = top.get_bool_or("attention_bias", false);
+      // llama.py: attention_bias or (InternLM's) bias puts biases on q/k/v and o_proj; a
+      // qkv_bias field, where present, decides q/k/v alone.
+      c.o_bias = top.get_bool_or("attention_bias", false) || top.get_bool_or("bias", false);
+      c.qkv_bias = top.has("qkv_bias") ? top.get_bool("qkv_bias") : c.o_bias;
       c.mlp_bias = top.get_bool_or("mlp_bias", false);
       break;
     case Arch::kQwen2:
@@ -277,14 +342,21 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       c.qkv_bias = top.get_bool_or("attention_bias", false);
       c.qk_norm = top.get_bool_or("use_qk_norm", false);
       break;
+    case Arch::kGptOss:
+      parse_common(top, c);
+      parse_attention(top, c);
+      parse_gpt_oss(top, c);
+      break;
     case Arch::kLlama4: {
       JsonFields text = top.get_object("text_config");
       parse_common(text, c);
       parse_llama4_text(text, c);
+      refuse_unmodelled(text, c);
       check_plausible(text, c);
       return c;
     }
   }
+  refuse_unmodelled(top, c);
   check_plausible(top, c);
   return c;
 }

@@ -20,6 +20,7 @@ enum class Arch : uint8_t {
   kMixtral,     // MixtralForCausalLM: per-expert w1/w2/w3 in block_sparse_moe, no shared expert
   kDeepseekV2,  // DeepseekV2ForCausalLM: MLA (q_proj direct when q_lora_rank is null) + MoE
   kGlm4Moe,     // Glm4MoeForCausalLM: GQA with q/k/v biases + DeepSeek-style MoE
+  kGptOss,      // GptOssForCausalLM: GQA with biases and sinks, fused interleaved experts with biases
 };
 
 const char* arch_name(Arch a);
@@ -58,6 +59,10 @@ struct ModelConfig {
   bool router_bias = false;            // DeepSeek noaux_tc e_score_correction_bias (fp32)
   bool router_fp32 = false;            // GLM-4.5: vLLM's gate is an fp32 nn.Linear (see catalog)
   int64_t num_mtp_layers = 0;          // num_nextn_predict_layers: not in vLLM's main model
+  bool attn_sinks = false;             // gpt-oss: self_attn.sinks, one value per attention head
+  // quantization_config.quant_method of the checkpoint ("mxfp4", "fp8"), empty if none. The
+  // trainer's weights are bf16 whatever the checkpoint stores; `model show` says so.
+  std::string checkpoint_quant;
 
   // Per-expert checkpoint names: "<layer>.<moe_block>experts.<e>.<expert_names[i]>.weight"
   // for gate, up, down (Mixtral: block_sparse_moe. and w1, w3, w2).

@@ -53,7 +53,8 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
   const std::string head = c.arch == Arch::kLlama4 ? "language_model.lm_head.weight" : "lm_head.weight";
   using LK = LoaderKind;
 
-  if (first) add(-1, Slot::kEmbed, mp + "embed_tokens.weight", {vocab_rows, h}, LK::kVocab, dt);
+  const bool gpt_oss = c.arch == Arch::kGptOss;  // vLLM 0.11.0 names: embedding, attn.qkv
+  if (first) add(-1, Slot::kEmbed, mp + (gpt_oss ? "embedding.weight" : "embed_tokens.weight"), {vocab_rows, h}, LK::kVocab, dt);
   int64_t num_local_experts = c.is_moe() ? (inf.ep() ? inf.local_expert_count(co.moe_rank) : c.num_experts) : 0;
   for (int32_t l = 0; l < num_layers_; ++l) {
     if (inf.stage_of_layer(l) != co.pp_rank) continue;
@@ -79,19 +80,29 @@ EngineParams::EngineParams(const ModelSpec& model, const InferencePlacement& inf
     } else {
       int64_t nq = c.num_heads / T, nkv = inf.kv_heads_per_rank();
       int64_t rows = (nq + 2 * nkv) * c.head_dim;
-      add(l, Slot::kQKV, p + "self_attn.qkv_proj.weight", {rows, h}, LK::kQKV, dt);
-      if (c.qkv_bias) add(l, Slot::kQKVBias, p + "self_attn.qkv_proj.bias", {rows}, LK::kQKV, dt);
-      add(l, Slot::kO, p + "self_attn.o_proj.weight", {h, nq * c.head_dim}, LK::kRow, dt);
-      if (c.o_bias) add(l, Slot::kOBias, p + "self_attn.o_proj.bias", {h}, LK::kReplicated, dt);
+      const std::string a = p + (gpt_oss ? "attn." : "self_attn."), qkv = gpt_oss ? "qkv" : "qkv_proj";
+      add(l, Slot::kQKV, a + qkv + ".weight", {rows, h}, LK::kQKV, dt);
+      if (c.qkv_bias) add(l, Slot::kQKVBias, a + qkv + ".bias", {rows}, LK::kQKV, dt);
+      add(l, Slot::kO, a + "o_proj.weight", {h, nq * c.head_dim}, LK::kRow, dt);
+      if (c.o_bias) add(l, Slot::kOBias, a + "o_proj.bias", {h}, LK::kReplicated, dt);
       if (c.qk_norm) {
-        add(l, Slot::kQNorm, p + "self_attn.q_norm.weight", {c.head_dim}, LK::kReplicated, dt);
-        add(l, Slot::kKNorm, p + "self_attn.k_norm.weight", {c.head_dim}, LK::kReplicated, dt);
+        add(l, Slot::kQNorm, a + "q_norm.weight", {c.head_dim}, LK::kReplicated, dt);
+        add(l, Slot::kKNorm, a + "k_norm.weight", {c.head_dim}, LK::kReplicated, dt);
       }
+      if (c.attn_sinks) add(l, Slot::kSinks, a + "sinks", {nq}, LK::kColumn, dt);
     }
     add(l, Slot::kPostNorm, p + "post_attention_layernorm.weight", {h}, LK::kReplicated, dt);
     const std::string mlp = p + (c.arch == Arch::kLlama4 ? "feed_forward." : "mlp.");
     const std::string moe = p + (c.arch == Arch::kLlama4 ? "feed_forward." : c.moe_block);
-    if (c.is_moe_layer(l)) {
+    if (c.is_moe_layer(l) && gpt_oss) {
+      int64_t mi = c.moe_intermediate / m;
+      add(l, Slot::kRouter, mlp + "router.weight", {c.num_experts, h}, LK::kReplicated, dt);
+      add(l, Slot::kRouterBias, mlp + "router.bias", {c.num_experts}, LK::kReplicated, dt);
+      add(l, Slot::kW13, mlp + "experts.w13_weight", {num_local_experts, 2 * mi, h}, LK::kFusedMoE, dt);
+      add(l, Slot::kW13Bias, mlp + "experts.w13_bias", {num_local_experts, 2 * mi}, LK::kFusedMoE, dt);
+      add(l, Slot::kW2, mlp + "experts.w2_weight", {num_local_experts, h, mi}, LK::kFusedMoE, dt);
+      add(l, Slot::kW2Bias, mlp + "experts.w2_bias", {num_local_experts, h}, LK::kFusedMoE, dt);
+    } else if (c.is_moe_layer(l)) {
       int64_t mi = c.moe_intermediate / m;
       std::string router = c.arch == Arch::kLlama4 ? "router.weight" : "gate.weight";
       add(l, Slot::kRouter, moe + router, {c.num_experts, h}, LK::kReplicated, c.router_fp32 ? DType::kF32 : dt);

@@ -31,6 +31,7 @@ enum class Slot : uint8_t {
   kFusedQkvA, kQANorm, kQB, kKvANorm, kKvB,
   kQ, kKvA,                 // MLA without q_lora: q_proj (column), kv_a_proj_with_mqa (replicated)
   kGateUpBias, kDownBias,   // Llama mlp_bias
+  kSinks, kW13Bias, kW2Bias,  // gpt-oss: attention sinks, FusedMoE biases
   kCount
 };
 

@@ -13,8 +13,12 @@ LoaderRank::LoaderRank(const ModelSpec& m, const InferencePlacement& inf, int r)
   moe_tp_rank = inf.ep() ? 0 : coord.moe_rank;
 }
 
-std::string vllm_rules(const InferenceLayout& l) {
-  return std::string("vLLM ") + kVllmVersion + (l.shared_experts_tp ? " with shared experts split over TP (pre-0.11 rule)" : "");
+std::string vllm_rules(const ModelConfig& c, const InferenceLayout& l) {
+  std::string s = std::string("vLLM ") + kVllmVersion;
+  if (l.shared_experts_tp) s += " with shared experts split over TP (pre-0.11 rule)";
+  if (c.arch == Arch::kGptOss && (l.enable_ep || l.dp > 1))
+    s += "; gpt-oss experts as vLLM 0.12.0 loads them (0.11.0 cannot load bf16 gpt-oss under EP or DP > 1)";
+  return s;
 }
 
 const char* LoaderRank::loader_name() const { return arch_name(model->config().arch); }
@@ -147,6 +151,34 @@ void load_llama4_fused_experts(const LoaderRank& r, const ParamMeta& p, const T&
   }
 }
 
+// gpt-oss (vLLM's _load_weights_other, bf16): under EP the contiguous experts
+// [r*E/ep, (r+1)*E/ep); otherwise MoE-TP rank t takes the contiguous range [2tI/m, 2(t+1)I/m)
+// of gate_up's interleaved last dimension, whole (gate_j, up_j) pairs, and transposes it; no
+// de-interleave. down_proj rows [tI/m, (t+1)I/m) transposed; its bias whole on MoE-TP rank 0
+// and zeros elsewhere. MoE-TP is flattened over DP (vLLM 0.12.0's rank; 0.11.0 used the
+// attention TP rank and its EP call swapped the expert bounds, so it cannot load these layouts).
+template <class T>
+void load_gpt_oss_experts(const LoaderRank& r, const ParamMeta& p, const T& w, ParamStore<T>& store) {
+  const InferencePlacement& inf = *r.inference;
+  const bool gate_up = p.kind == TensorKind::kFusedExpertsGateUp;
+  const Slot slot = gate_up ? (p.is_bias ? Slot::kW13Bias : Slot::kW13) : (p.is_bias ? Slot::kW2Bias : Slot::kW2);
+  T& dst = need(r, store, p.layer, slot, p);
+  T x = inf.ep() ? w.narrow(0, inf.local_expert_first(r.coord.moe_rank), inf.local_expert_count(r.coord.moe_rank))
+                 : w;
+  const int64_t m = r.moe_tp_size, t = r.moe_tp_rank, I = r.model->config().moe_intermediate / m;
+  if (gate_up && !p.is_bias) {
+    dst.copy_(x.narrow(2, t * 2 * I, 2 * I).transpose(1, 2));
+  } else if (gate_up) {
+    dst.copy_(x.narrow(1, t * 2 * I, 2 * I));
+  } else if (!p.is_bias) {
+    dst.copy_(x.narrow(1, t * I, I).transpose(1, 2));
+  } else if (t == 0) {
+    dst.copy_(x);
+  } else {
+    dst.zero_();
+  }
+}
+
 }  // namespace
 
 bool may_load(const LoaderRank& r, const ParamMeta& p) {
@@ -255,7 +287,11 @@ void load_weight(const LoaderRank& r, int32_t hf_idx, const T& w, ParamStore<T>&
       return;
     case TensorKind::kFusedExpertsGateUp:
     case TensorKind::kFusedExpertsDown:
-      load_llama4_fused_experts(r, p, w, store);
+      if (c.arch == Arch::kGptOss) load_gpt_oss_experts(r, p, w, store);
+      else load_llama4_fused_experts(r, p, w, store);
+      return;
+    case TensorKind::kSinks:  // rank t: the sinks of its q heads
+      column_loader(r, need(r, store, l, Slot::kSinks, p), w);
       return;
   }
   throw Error(std::string("loader ") + r.loader_name() + ": no rule for tensor " + p.name);

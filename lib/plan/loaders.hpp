@@ -17,9 +17,11 @@ namespace shardsync {
 // show`. Its one rule that older releases lack: DeepSeek-class shared experts whole on every
 // rank under sequence-parallel MoE (InferencePlacement::shared_experts_whole).
 inline constexpr const char* kVllmVersion = "0.11.0";
-// What a plan of this layout follows: "vLLM 0.11.0", or with the older shared-expert rule
-// when the layout asks for it.
-std::string vllm_rules(const InferenceLayout& l);
+// What a plan of this model and layout follows: "vLLM 0.11.0", or with the older shared-expert
+// rule when the layout asks for it. One deviation, named in the text: bf16 gpt-oss under EP or
+// DP > 1, which 0.11.0's loader cannot load (expert bounds swapped, MoE-TP rank not flattened
+// over DP), follows 0.12.0's loader, where both are fixed.
+std::string vllm_rules(const ModelConfig& c, const InferenceLayout& l);
 
 // Where a loader runs: one inference rank.
 struct LoaderRank {

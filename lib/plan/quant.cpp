@@ -75,6 +75,10 @@ std::vector<QuantParam> quant_params(const ModelSpec& model, const InferencePlac
   std::vector<QuantParam> out;
   if (inf.layout().quant == Quant::kNone) return out;
   const ModelConfig& c = model.config();
+  if (c.arch == Arch::kGptOss)
+    throw InputError("--quant fp8-block128", c.architecture,
+                     "not modelled: vLLM serves gpt-oss in bf16 or MXFP4, and its FP8 layout of the interleaved "
+                     "w13 and the expert biases is not one shardsync reproduces; use --quant none");
   const int64_t T = inf.layout().tp, moe_tp = inf.ep() ? 1 : inf.moe_size();
   for (int32_t i = 0; i < int32_t(params.size()); ++i) {
     const EngineParam& p = params[size_t(i)];

@@ -339,7 +339,7 @@ PlanIdentity plan_identity(const ModelSpec& model, const InferencePlacement& inf
   lh.str(id.layout);
   id.layout_hash = lh.hex();
   id.ranks_per_replica = inf.layout().ranks_per_replica();
-  id.vllm = vllm_rules(inf.layout());
+  id.vllm = vllm_rules(model.config(), inf.layout());
   return id;
 }
 

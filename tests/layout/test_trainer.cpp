@@ -52,7 +52,8 @@ TEST(TrainerLayout, PiecesCoverEveryTensorExactlyOnce) {
                              {"tiny-llama4", "tp2,pp2,ep2,etp2"}, {"tiny-qwen3", "tp4,pp2"},
                              {"tiny-llama", "tp2,pp3"}, {"tiny-qwen2", "tp2,pp2"}, {"tiny-mistral", "tp4,pp3"},
                              {"tiny-mixtral", "tp2,ep4,etp1"}, {"tiny-mixtral", "tp4,ep2,etp2"},
-                             {"tiny-deepseek-v2", "tp2,pp3,ep2,etp1"}, {"tiny-glm4-moe", "tp2,pp3,ep4,etp1"}}) {
+                             {"tiny-deepseek-v2", "tp2,pp3,ep2,etp1"}, {"tiny-glm4-moe", "tp2,pp3,ep4,etp1"},
+                             {"tiny-gpt-oss", "tp2,pp3,ep4,etp1"}, {"tiny-gpt-oss", "tp4,ep2,etp2"}}) {
     ModelSpec m = load_model(model);
     TrainerPlacement t(m, parse_trainer_spec(spec));
     for (int32_t i = 0; i < int32_t(m.params().size()); ++i) {

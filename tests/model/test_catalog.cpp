@@ -19,6 +19,35 @@ TEST(Catalog, PublishedParameterTotals) {
   EXPECT_EQ(load_model("mixtral-8x7b-v0.1").num_params_total(), 46702792704);
   EXPECT_EQ(load_model("deepseek-v2-lite").num_params_total(), 15706484224);
   EXPECT_EQ(load_model("glm-4.5-air").num_params_total(), 106852251264);  // without its MTP layer
+  EXPECT_EQ(load_model("gpt-oss-20b").num_params_total(), 20914757184);   // experts as unpacked bf16 values
+}
+
+// gpt-oss-20b's HF tensors (transformers' GptOss modeling): attention biases and per-head
+// sinks, a router with a bias, experts fused [E, hidden, 2I] / [E, I, hidden] with biases; the
+// MXFP4 quantization_config is the checkpoint's storage, the trainer's weights are bf16.
+TEST(Catalog, GptOssFusedExpertsSinksAndBiases) {
+  ModelSpec m = load_model("gpt-oss-20b");
+  const ModelConfig& c = m.config();
+  EXPECT_EQ(c.checkpoint_quant, "mxfp4");
+  auto shape = [&](const std::string& n) {
+    int32_t i = m.find("model.layers.23." + n);
+    EXPECT_GE(i, 0) << n;
+    return i < 0 ? std::vector<int64_t>{} : m.param(i).shape;
+  };
+  EXPECT_EQ(shape("self_attn.q_proj.weight"), (std::vector<int64_t>{4096, 2880}));
+  EXPECT_EQ(shape("self_attn.q_proj.bias"), (std::vector<int64_t>{4096}));
+  EXPECT_EQ(shape("self_attn.k_proj.bias"), (std::vector<int64_t>{512}));
+  EXPECT_EQ(shape("self_attn.o_proj.bias"), (std::vector<int64_t>{2880}));
+  EXPECT_EQ(shape("self_attn.sinks"), (std::vector<int64_t>{64}));
+  EXPECT_EQ(shape("mlp.router.weight"), (std::vector<int64_t>{32, 2880}));
+  EXPECT_EQ(shape("mlp.router.bias"), (std::vector<int64_t>{32}));
+  EXPECT_EQ(shape("mlp.experts.gate_up_proj"), (std::vector<int64_t>{32, 2880, 5760}));
+  EXPECT_EQ(shape("mlp.experts.gate_up_proj_bias"), (std::vector<int64_t>{32, 5760}));
+  EXPECT_EQ(shape("mlp.experts.down_proj"), (std::vector<int64_t>{32, 2880, 2880}));
+  EXPECT_EQ(shape("mlp.experts.down_proj_bias"), (std::vector<int64_t>{32, 2880}));
+  for (const auto& p : m.params()) EXPECT_EQ(p.dtype, DType::kBF16) << p.name;
+  EXPECT_GE(m.find("lm_head.weight"), 0);
+  EXPECT_EQ(m.params().size(), size_t(3 + 24 * 17));
 }
 
 TEST(Catalog, Glm45AirMoeAndBiases) {
@@ -100,6 +129,16 @@ TEST(Catalog, AttentionAndMlpBiasesFollowVllmPerArchitecture) {
   // Mistral is vLLM's Llama.
   EXPECT_TRUE(has(cfg("MistralForCausalLM", R"(, "mlp_bias": true, "sliding_window": 4096)"),
                   "model.layers.0.mlp.up_proj.bias"));
+  // llama.py: InternLM's `bias` works as attention_bias; a `qkv_bias` field decides q/k/v alone
+  // while o_proj keeps attention_bias's value.
+  EXPECT_TRUE(has(cfg("LlamaForCausalLM", R"(, "bias": true)"), "model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_TRUE(has(cfg("LlamaForCausalLM", R"(, "bias": true)"), "model.layers.0.self_attn.v_proj.bias"));
+  std::string internlm3 = cfg("LlamaForCausalLM", R"(, "qkv_bias": true)");
+  EXPECT_TRUE(has(internlm3, "model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_FALSE(has(internlm3, "model.layers.0.self_attn.o_proj.bias"));
+  std::string o_only = cfg("LlamaForCausalLM", R"(, "attention_bias": true, "qkv_bias": false)");
+  EXPECT_FALSE(has(o_only, "model.layers.0.self_attn.k_proj.bias"));
+  EXPECT_TRUE(has(o_only, "model.layers.0.self_attn.o_proj.bias"));
 }
 
 TEST(Catalog, Qwen3MoeShapesAndGroups) {
@@ -168,7 +207,7 @@ TEST(Catalog, TinyModelsCoverEveryTensorKind) {
   std::set<TensorKind> kinds;
   bool bias = false, fp32 = false;
   for (const char* name : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4", "tiny-qwen2",
-                           "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe"}) {
+                           "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe", "tiny-gpt-oss"}) {
     ModelSpec m = load_model(name);
     for (const auto& p : m.params()) {
       kinds.insert(p.kind);
@@ -176,7 +215,7 @@ TEST(Catalog, TinyModelsCoverEveryTensorKind) {
       fp32 = fp32 || p.dtype == DType::kF32;
     }
   }
-  EXPECT_EQ(kinds.size(), size_t(TensorKind::kFusedExpertsDown) + 1);
+  EXPECT_EQ(kinds.size(), size_t(TensorKind::kSinks) + 1);
   EXPECT_TRUE(bias);
   EXPECT_TRUE(fp32);
   EXPECT_TRUE(load_model("tiny-qwen3").config().tie_embeddings);
@@ -218,8 +257,37 @@ TEST(Catalog, BadConfigsAreRejectedWithFieldNames) {
   expect_input_error(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
       "vocab_size": 100, "num_attention_heads": 4, "intermediate_size": 32, "num_experts_per_tok": 2})",
                      "num_local_experts");
+  // gpt-oss: the experts and their width are required.
+  expect_input_error(R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_attention_heads": 4, "intermediate_size": 32, "num_experts_per_tok": 2})",
+                     "num_local_experts");
   EXPECT_THROW(load_model("no-such-model"), InputError);
   EXPECT_THROW(load_model("/nonexistent/config.json"), InputError);
+}
+
+// A field that changes vLLM's parameter list in a way shardsync does not model is refused by
+// name (vLLM 0.11.0 model files), never silently ignored.
+TEST(Catalog, FieldsThatChangeVllmsTensorsUnmodelledAreRefused) {
+  auto cfg = [](const char* arch, const char* extra) {
+    return std::string(R"({"architectures": [")") + arch + R"("], "hidden_size": 64, "num_hidden_layers": 1,
+        "vocab_size": 128, "num_attention_heads": 4, "intermediate_size": 32, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "n_routed_experts": 4, "moe_intermediate_size": 16, "q_lora_rank": null,
+        "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8)" + extra + "}";
+  };
+  expect_input_error(cfg("GptOssForCausalLM", R"(, "attention_bias": false)"), "attention_bias");
+  expect_input_error(cfg("GptOssForCausalLM", R"(, "tie_word_embeddings": true)"), "tie_word_embeddings");
+  expect_input_error(cfg("DeepseekV3ForCausalLM", R"(, "tie_word_embeddings": true)"), "tie_word_embeddings");
+  expect_input_error(cfg("DeepseekV2ForCausalLM", R"(, "index_topk": 2048)"), "index_topk");
+  expect_input_error(cfg("Glm4MoeForCausalLM", R"(, "tie_word_embeddings": true)"), "not modelled for Glm4MoeForCausalLM");
+  expect_input_error(cfg("Qwen2ForCausalLM", R"(, "head_dim": 32)"), "head_dim");
+  expect_input_error(R"({"architectures": ["Llama4ForConditionalGeneration"], "text_config": {"hidden_size": 64,
+      "num_hidden_layers": 1, "vocab_size": 128, "num_attention_heads": 4, "head_dim": 16, "intermediate_size": 32,
+      "intermediate_size_mlp": 64, "num_local_experts": 4, "attention_bias": true}})",
+                     "attention_bias");
+  // The same fields at values vLLM agrees with are accepted.
+  EXPECT_NO_THROW(build_model(parse_model_config(cfg("GptOssForCausalLM", R"(, "attention_bias": true)"), "t", "t")));
+  EXPECT_NO_THROW(build_model(parse_model_config(cfg("Qwen2ForCausalLM", R"(, "head_dim": 16)"), "t", "t")));
+  EXPECT_NO_THROW(build_model(parse_model_config(cfg("DeepseekV2ForCausalLM", R"(, "tie_word_embeddings": false)"), "t", "t")));
 }
 
 }  // namespace

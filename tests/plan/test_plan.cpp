@@ -161,6 +161,118 @@ TEST(Plan, ReplayEqualsReferenceGlm4Moe) {
     check_case({"tiny-glm4-moe", l});
 }
 
+TEST(Plan, ReplayEqualsReferenceGptOss) {
+  for (const char* l : {"tp1", "tp2", "tp4", "tp8", "dp2,ep2", "tp2,ep2", "dp4,ep4", "tp2,dp2", "dp2", "tp2,pp3",
+                        "dp8,ep8", "tp2,pp2,ep2"})
+    check_case({"tiny-gpt-oss", l});
+}
+
+// The source element a plan entry copies into destination element `dst` of its engine
+// parameter: the copy's loops decomposed by their destination strides (a dense destination).
+int64_t src_at(const PlanEntry& e, int64_t dst) {
+  std::vector<CopyDim> dims = e.copy.dims;
+  std::sort(dims.begin(), dims.end(), [](const CopyDim& a, const CopyDim& b) { return a.dst_stride > b.dst_stride; });
+  int64_t rem = dst - e.copy.dst_offset, src = e.copy.src_offset;
+  for (const CopyDim& d : dims) {
+    int64_t i = rem / d.dst_stride;
+    EXPECT_LT(i, d.size) << "destination element " << dst << " outside the copy";
+    rem -= i * d.dst_stride;
+    src += i * d.src_stride;
+  }
+  EXPECT_EQ(rem, 0);
+  return src;
+}
+
+// Hand-written vLLM facts for gpt-oss-20b (gpt_oss.py _load_weights_other and load_weights;
+// docs/research/gpt-oss.md): H 2880, 64 q heads and 8 KV heads of 64, I 2880, 32 experts.
+TEST(Plan, GptOss20bTp4Facts) {
+  ModelSpec m = load_model("gpt-oss-20b");
+  InferenceLayout l = parse_inference_spec("tp4");
+  l.replicas = 1;
+  InferencePlacement inf(m, l);
+  const std::string L = "model.layers.5.";
+  for (int t : {0, 1, 3}) {
+    SCOPED_TRACE("rank " + std::to_string(t));
+    RankPlan plan = record_rank_plan(m, inf, t);
+    EngineParams eps(m, inf, t);
+    auto param = [&](const std::string& n) -> const EngineParam& {
+      int32_t i = eps.find(n);
+      EXPECT_GE(i, 0) << n;
+      return eps.params()[size_t(std::max(i, 0))];
+    };
+    auto one = [&](const std::string& hf) -> const PlanEntry& {
+      auto e = entries_of(plan, m.find(hf));
+      EXPECT_EQ(e.size(), 1u) << hf;
+      return *e.at(0);
+    };
+    // vLLM 0.11.0 names and per-rank shapes.
+    EXPECT_EQ(param(L + "attn.qkv.weight").shape, (std::vector<int64_t>{(16 + 2 + 2) * 64, 2880}));
+    EXPECT_EQ(param(L + "attn.qkv.bias").shape, (std::vector<int64_t>{(16 + 2 + 2) * 64}));
+    EXPECT_EQ(param(L + "attn.o_proj.bias").shape, (std::vector<int64_t>{2880}));
+    EXPECT_EQ(param(L + "attn.sinks").shape, (std::vector<int64_t>{16}));
+    EXPECT_EQ(param(L + "mlp.experts.w13_weight").shape, (std::vector<int64_t>{32, 1440, 2880}));
+    EXPECT_EQ(param(L + "mlp.experts.w13_bias").shape, (std::vector<int64_t>{32, 1440}));
+    EXPECT_EQ(param(L + "mlp.experts.w2_weight").shape, (std::vector<int64_t>{32, 2880, 720}));
+    EXPECT_EQ(param(L + "mlp.experts.w2_bias").shape, (std::vector<int64_t>{32, 2880}));
+    EXPECT_GE(eps.find("model.embedding.weight"), 0);
+    // Biases: q heads [16t, 16t+16), KV heads [2t, 2t+2), o_proj's whole on every rank.
+    EXPECT_EQ(one(L + "self_attn.q_proj.bias").copy.src_offset, 1024 * t);
+    EXPECT_EQ(one(L + "self_attn.k_proj.bias").copy.src_offset, 128 * t);
+    EXPECT_EQ(one(L + "self_attn.k_proj.bias").dst_offset, 1024);
+    EXPECT_EQ(one(L + "self_attn.v_proj.bias").dst_offset, 1024 + 128);
+    EXPECT_EQ(one(L + "self_attn.o_proj.bias").copy.numel, 2880);
+    // Sinks: the heads of the rank's q shard.
+    EXPECT_EQ(one(L + "self_attn.sinks").copy.src_offset, 16 * t);
+    EXPECT_EQ(one(L + "self_attn.sinks").copy.numel, 16);
+    // Router and its bias whole (a plain nn.Linear).
+    EXPECT_EQ(one(L + "mlp.router.weight").copy.numel, 32 * 2880);
+    EXPECT_EQ(one(L + "mlp.router.bias").copy.numel, 32);
+    // gate_up [E, H, 2I]: columns [1440t, 1440t + 1440) of the interleaved last dimension, kept
+    // interleaved and transposed: w13[e][2k][h] = gate of neuron 720t + k = gate_up[e][h][2(720t + k)],
+    // w13[e][2k + 1][h] its up.
+    const PlanEntry& gu = one(L + "mlp.experts.gate_up_proj");
+    for (auto [e, k, h] : {std::tuple<int64_t, int64_t, int64_t>{0, 0, 0}, {7, 3, 11}, {31, 719, 2879}, {12, 400, 5}}) {
+      EXPECT_EQ(src_at(gu, (e * 1440 + 2 * k) * 2880 + h), (e * 2880 + h) * 5760 + 2 * (720 * t + k));
+      EXPECT_EQ(src_at(gu, (e * 1440 + 2 * k + 1) * 2880 + h), (e * 2880 + h) * 5760 + 2 * (720 * t + k) + 1);
+    }
+    const PlanEntry& gub = one(L + "mlp.experts.gate_up_proj_bias");
+    EXPECT_EQ(src_at(gub, 5 * 1440 + 9), 5 * 5760 + 1440 * t + 9);
+    // down_proj [E, I, H]: rows [720t, 720t + 720) transposed: w2[e][h][i] = down[e][720t + i][h].
+    const PlanEntry& dn = one(L + "mlp.experts.down_proj");
+    EXPECT_EQ(src_at(dn, (3 * 2880 + 17) * 720 + 700), (3 * 2880 + 720 * t + 700) * 2880 + 17);
+    // down_proj's bias: whole on rank 0, zeros elsewhere (added once by the MoE all-reduce).
+    auto db = entries_of(plan, m.find(L + "mlp.experts.down_proj_bias"));
+    if (t == 0) {
+      ASSERT_EQ(db.size(), 1u);
+      EXPECT_EQ(db[0]->copy.numel, 32 * 2880);
+    } else {
+      EXPECT_TRUE(db.empty());
+      bool zeroed = false;
+      for (const auto& e : plan.entries)
+        zeroed = zeroed || (e.is_fill() && e.engine_param == eps.find(L + "mlp.experts.w2_bias") && e.numel() == 32 * 2880);
+      EXPECT_TRUE(zeroed) << "w2_bias not zero-filled on rank " << t;
+    }
+  }
+  // EP 4 (tp4,ep4): rank r owns experts [8r, 8r + 8) whole, w2_bias included (not zeroed).
+  InferenceLayout le = parse_inference_spec("tp4,ep4");
+  le.replicas = 1;
+  InferencePlacement ep(m, le);
+  for (int r : {0, 2}) {
+    RankPlan plan = record_rank_plan(m, ep, r);
+    auto gu = entries_of(plan, m.find(L + "mlp.experts.gate_up_proj"));
+    ASSERT_EQ(gu.size(), 1u);
+    EXPECT_EQ(gu[0]->copy.numel, int64_t(8) * 2880 * 5760);
+    EXPECT_EQ(src_at(*gu[0], (1 * 5760 + 2 * 100 + 1) * 2880 + 9), ((8 * r + 1) * 2880 + 9) * 5760 + 201);
+    auto db = entries_of(plan, m.find(L + "mlp.experts.down_proj_bias"));
+    ASSERT_EQ(db.size(), 1u);
+    EXPECT_EQ(db[0]->copy.src_offset, 8 * r * 2880);
+    EXPECT_EQ(db[0]->copy.numel, 8 * 2880);
+  }
+  // vLLM 0.11.0 cannot load these layouts (EP, DP > 1); the plans say whose loader they follow.
+  EXPECT_NE(vllm_rules(m.config(), le).find("0.12.0"), std::string::npos);
+  EXPECT_EQ(vllm_rules(m.config(), l), "vLLM 0.11.0");
+}
+
 // glm4_moe.py: qkv_bias from attention_bias, o_proj without bias, the gate an fp32
 // nn.Linear (replicated), e_score_correction_bias fp32, shared experts TP-sharded.
 TEST(Plan, Glm45AirTp8Ep8Facts) {

@@ -133,7 +133,7 @@ TEST(Quant, Llama4FusedExperts) {  // Llama-4-Scout's text part at TP 8, experts
 // sends as codes): for every plan entry of every architecture, the two agree.
 TEST(Quant, RulesOnSlotsAndHfTensorsAgree) {
   for (const char* m : {"tiny-qwen3", "tiny-llama", "tiny-qwen3-moe", "tiny-kimi", "tiny-llama4", "tiny-qwen2",
-                        "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe"}) {
+                        "tiny-mistral", "tiny-mixtral", "tiny-deepseek-v2", "tiny-glm4-moe", "tiny-gpt-oss"}) {
     ModelSpec model = load_model(m);
     InferenceLayout l = parse_inference_spec("tp1");
     l.replicas = 1;
@@ -148,6 +148,17 @@ TEST(Quant, RulesOnSlotsAndHfTensorsAgree) {
       quantized += fp8_quantized(p.slot);
     }
     EXPECT_GT(quantized, 0) << m;
+  }
+}
+
+// gpt-oss: vLLM serves it in bf16 or MXFP4; a block-FP8 target is refused by name, not guessed.
+TEST(Quant, GptOssFp8TargetIsRefused) {
+  try {
+    Fp8Rank r("tiny-gpt-oss", "tp2");
+    FAIL() << "expected the FP8 target to be refused for gpt-oss";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("GptOssForCausalLM"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--quant"), std::string::npos) << e.what();
   }
 }
 
