@@ -61,7 +61,26 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
     if (!s.is_object()) f.fail("sources", "expected an object of field -> source");
     for (auto it = s.begin(); it != s.end(); ++it) c.sources[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
   }
+  if (f.has("fitted_on")) {
+    const auto& fo = doc["fitted_on"];
+    if (!fo.is_object()) f.fail("fitted_on", "expected an object of cost term -> list of \"setup engine\" rows");
+    for (auto it = fo.begin(); it != fo.end(); ++it) {
+      if (!it.value().is_array()) f.fail("fitted_on." + it.key(), "expected a list of \"setup engine\" strings");
+      for (const auto& row : it.value()) {
+        if (!row.is_string()) f.fail("fitted_on." + it.key(), "expected a list of \"setup engine\" strings");
+        c.fitted_on[it.key()].push_back(row.get<std::string>());
+      }
+    }
+  }
   return c;
+}
+
+std::string ClusterSpec::fitted_terms(const std::string& row) const {
+  std::string out;
+  for (const auto& [term, rows] : fitted_on)
+    for (const auto& r : rows)
+      if (r == row) out += (out.empty() ? "" : ", ") + term;
+  return out;
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {

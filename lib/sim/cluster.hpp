@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace shardsync {
 
@@ -24,6 +25,11 @@ struct ClusterSpec {
   bool v2_overlap = true;             // V2's pulls overlap its iterator (published system); false: one tensor at a time (shardsync's V2)
   bool separate_nodes = true;         // inference ranks start on a fresh node (else right after the trainers' GPUs)
   std::map<std::string, std::string> sources;  // field -> where the number comes from
+  // Cost terms fitted to measured or published times: term -> the "setup engine" rows it was
+  // fitted on (e.g. "qwen3-235b-published v3"). A prediction of such a row is a fit, not a test.
+  std::map<std::string, std::vector<std::string>> fitted_on;
+  // The cost terms fitted on `row` ("setup engine"), joined by ", "; empty: the row is predicted.
+  std::string fitted_terms(const std::string& row) const;
 };
 
 ClusterSpec load_cluster(const std::string& name_or_path);

@@ -298,12 +298,26 @@ TEST(Sim, BadClusterFilesAreRefused) {
   EXPECT_THROW(parse_cluster_json("{\"gpus_per_node\": 8, \"nic_gbps\": -1}", "c.json", "c"), InputError);
   EXPECT_THROW(parse_cluster_json("{\"gpus_per_node\": 8, \"costs\": {\"v3_group_us\": \"x\"}}", "c.json", "c"), InputError);
   EXPECT_THROW(load_cluster("no-such-cluster"), InputError);
+  EXPECT_THROW(parse_cluster_json(R"({"gpus_per_node": 8, "fitted_on": {"v3_tensor_us": "x"}})", "c.json", "c"), InputError);
+  EXPECT_THROW(parse_cluster_json(R"({"gpus_per_node": 8, "fitted_on": ["v3_tensor_us"]})", "c.json", "c"), InputError);
   try {
     parse_cluster_json("{\"gpus_per_node\": 8, \"nvlink_gbps\": 0}", "c.json", "c");
     FAIL() << "nvlink_gbps 0 was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("c.json: field 'nvlink_gbps'"), std::string::npos) << e.what();
   }
+}
+
+// Which rows a cluster file's costs were fitted on: those are fits, every other row a prediction.
+TEST(Sim, FittedRowsAreNamedByTheClusterFile) {
+  ClusterSpec c = load_cluster("h100-ib400");
+  EXPECT_EQ(c.fitted_terms("qwen3-235b-published v3"), "v3_tensor_us");
+  EXPECT_EQ(c.fitted_terms("qwen3-235b-published v2"), "iterator_tensor_us");
+  EXPECT_EQ(c.fitted_terms("kimi-k2-published v3"), "");
+  ClusterSpec two = parse_cluster_json(R"({"gpus_per_node": 8, "fitted_on": {"a_us": ["s e"], "b_us": ["s e", "t e"]}})",
+                                       "c.json", "c");
+  EXPECT_EQ(two.fitted_terms("s e"), "a_us, b_us");
+  EXPECT_EQ(two.fitted_terms("t e"), "b_us");
 }
 
 }  // namespace
