@@ -26,6 +26,7 @@ void setup_engines_command(CLI::App& app) {
              {"depth", "", true},
              {"process", "", true},
              {"collectives", "", true},
+             {"pp_stages", "", true},
              {"simulated", "", true}});
     t.add_title("engine table (lib/engine/engine_table.cpp); bench runs them in this order");
     for (const EngineSpec& e : engine_table())
@@ -34,7 +35,7 @@ void setup_engines_command(CLI::App& app) {
                  e.cache_requests ? "cached" : "every sync",
                  e.depth > 0 ? std::to_string(e.depth) : "--inflight",
                  e.background_process ? "background" : "inline",
-                 describe_collectives(e.collectives), e.sim == SimModel::kNone ? "no" : "yes"});
+                 describe_collectives(e.collectives), stages_concurrent(e) ? "concurrent" : "one at a time", e.sim == SimModel::kNone ? "no" : "yes"});
     t.print(std::cout);
     for (const EngineSpec& e : engine_table())
       std::cout << "# " << e.name << ": " << e.summary << "\n";

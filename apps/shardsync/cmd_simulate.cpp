@@ -10,7 +10,9 @@
 #include "common/table.hpp"
 #include "model_layout_options.hpp"
 #include "report/result_reader.hpp"
+#include "sim/calibrate.hpp"
 #include "sim/simulator.hpp"
+#include "sync_runner.hpp"
 
 namespace shardsync {
 
@@ -19,6 +21,7 @@ namespace {
 struct SimulateOptions {
   ModelLayoutOptions setup;
   std::string cluster = "h100-ib400";
+  std::string costs;  // --costs: another cluster file's profile and per-operation costs
   std::vector<EngineKind> engines;  // --engine; default: every row of the engine table
   int64_t bucket_bytes = int64_t(1) << 30;
   bool reproduce = false;
@@ -28,6 +31,11 @@ struct SimulateOptions {
   bool dedupe_node = false, delta = false;
   UpdateModel updates;
   bool fewer_bytes = false;  // every pull engine full, deduped, delta, and both
+  // --calibrate FILE: under mpirun, run the engines on the setup and write a cluster file.
+  std::string calibrate;
+  std::string memory = "host", transport = "auto", link = "shared";
+  int syncs = 3, warmup = 1, measure_iters = 20;
+  int64_t send_buffer = 0, recv_buffer = 0, chunk = 0;  // 0: the engines' defaults
 
   SimBytes bytes() const { return SimBytes{wire == "fp8", dedupe_node, delta, updates}; }
 };
@@ -52,12 +60,21 @@ nlohmann::json to_json(const SimResult& r) {
           {"inference_peak_bytes", r.inference_peak_bytes}, {"sol_abs_s", r.sol_abs_s},
           {"sol_pp_serial_s", r.sol_pp_serial_s}, {"tensors", r.tensors}, {"groups", r.groups}, {"pulls", r.pulls},
           {"bytes_full", r.bytes_full}, {"bytes_in_node", r.bytes_in_node}, {"node_ingress_max", r.node_ingress_max},
-          {"detect_s", r.detect_s}};
+          {"detect_s", r.detect_s}, {"stage_s", r.stage_s}, {"stages_overlap", r.stages_overlap},
+          {"pulls_overlap_iterator", r.pulls_overlap_iterator}, {"tensor_us", r.tensor_us}};
 }
 
-std::vector<EngineKind> every_engine() {
+// "fitted (terms)" where a cost of the cluster file was fitted on `row` ("setup engine"), else "predicted".
+std::string basis_of(const ClusterSpec& cluster, const std::string& row) {
+  const std::string terms = cluster.fitted_terms(row);
+  return terms.empty() ? std::string("predicted") : "fitted (" + terms + ")";
+}
+
+// The rows the cluster file's profile has costs for (the published profile has no V4).
+std::vector<EngineKind> engines_with_costs(const ClusterSpec& c) {
   std::vector<EngineKind> out;
-  for (const EngineSpec& e : engine_table()) out.push_back(e.kind);
+  for (const EngineSpec& e : engine_table())
+    if (c.has_tensor_cost(e.name)) out.push_back(e.kind);
   return out;
 }
 
@@ -89,7 +106,7 @@ void print_results(const ResolvedSetup& s, const ClusterSpec& cluster, const std
   Table t({{"engine", "", true}, {"time", "s"}, {"gather", "s"}, {"transfer", "s"}, {"overhead", "s"}, {"process", "s"},
            {"moved", "TB"}, {"ib", "TB"}, {"nvlink", "TB"}, {"agg_bw", "GB/s"}, {"tr_peak", "GB"}, {"inf_peak", "GB"},
            {"sol", "s"}, {"sol_pp", "s"}});
-  t.add_title("simulated: " + setup_title(s, cluster) +
+  t.add_title("simulated (" + std::string(profile_name(cluster.profile)) + " profile): " + setup_title(s, cluster) +
               (s.inference->layout().quant != Quant::kNone ? std::string(", wire ") + (bytes.fp8_wire ? "fp8" : "bf16") : "") +
               (bytes.dedupe_node || bytes.delta ? ", bytes " + bytes.describe() : ""));
   for (const SimResult& r : rs)
@@ -111,7 +128,7 @@ nlohmann::json fewer_bytes(const ResolvedSetup& s, const ClusterSpec& cluster, c
     variants.push_back(SimBytes{fp8, false, true, o.updates});
     variants.push_back(SimBytes{fp8, true, true, o.updates});
   }
-  const std::vector<EngineKind> engines = o.engines.empty() ? every_engine() : o.engines;
+  const std::vector<EngineKind> engines = o.engines.empty() ? engines_with_costs(cluster) : o.engines;
   std::vector<std::vector<SimResult>> rs;
   for (const SimBytes& v : variants) rs.push_back(simulate(s, cluster, engines, o.bucket_bytes, v));
   Table t({{"engine", "", true}, {"bytes", "", true}, {"time", "s"}, {"vs_full", "x"}, {"transfer", "s"}, {"moved", "TB"},
@@ -142,10 +159,74 @@ nlohmann::json fewer_bytes(const ResolvedSetup& s, const ClusterSpec& cluster, c
   return j;
 }
 
+// The run's result file next to the cluster file: calibrated.json -> calibrated.run.json.
+std::string calibration_run_path(const std::string& out) {
+  const std::string stem = out.size() > 5 && out.ends_with(".json") ? out.substr(0, out.size() - 5) : out;
+  return stem + ".run.json";
+}
+
+// simulate --calibrate: every rank runs the engines (bench) with the link and copy
+// microbenchmarks; rank 0 then fits the per-tensor costs and writes the cluster file.
+int run_calibrate(const SimulateOptions& o, int argc, char** argv) {
+  SyncRunOptions r;
+  r.setup = o.setup;
+  r.engines = o.engines;
+  if (r.engines.empty())
+    for (const EngineSpec& e : engine_table()) r.engines.push_back(e.kind);
+  r.syncs = o.syncs;
+  r.warmup = o.warmup;
+  r.memory = o.memory;
+  r.transport = o.transport;
+  r.link_iters = o.measure_iters;
+  r.copy_iters = o.measure_iters;
+  if (o.send_buffer > 0) r.engine.send_buffer_bytes = o.send_buffer;
+  if (o.recv_buffer > 0) r.engine.recv_buffer_bytes = o.recv_buffer;
+  if (o.chunk > 0) r.engine.chunk_bytes = o.chunk;
+  r.json_out = calibration_run_path(o.calibrate);
+  int rank = 0;
+  const int status = run_syncs(r, argc, argv, &rank);
+  if (status != 0 || rank != 0) return status;
+  const ResultFile m = read_result_file(r.json_out);
+  ResolvedSetup s = resolve_setup(o.setup);
+  std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
+  CalibrationRun run;
+  run.setup = m.model + " " + m.trainer + " -> " + m.inference;
+  run.ranks = m.ranks;
+  run.link_gbps = m.link_gbps;
+  run.copy_gbps = m.copy_gbps;
+  run.shared_device = o.link == "shared";
+  for (const EngineResult& e : m.engines) run.measured_s[e.engine] = e.time_avg_s;
+  std::string command;
+  for (const std::string& a : m.argv) command += (command.empty() ? "" : " ") + a;
+  run.provenance = {{"command", command},       {"host", m.host},        {"git_sha", m.git_sha},
+                    {"date_utc", m.date_utc},   {"run", r.json_out},     {"memory", m.memory},
+                    {"ranks", std::to_string(m.ranks)}, {"setup", run.setup}};
+  ClusterSpec c = calibrate_cluster(*s.model, *s.trainer, *s.inference, plans, run);
+  {
+    std::ofstream out(o.calibrate);
+    out << cluster_json(c);
+    if (!out) throw InputError(o.calibrate, "(output)", "cannot write the cluster file");
+  }
+  Table t({{"engine", "", true}, {"measured", "s"}, {"tensor_us", "us"}, {"refit", "s"}});
+  t.add_title("calibrated " + o.calibrate + " (profile shardsync) on " + run.setup + ", link " +
+              fmt_fixed(run.link_gbps, 2) + " GB/s, copy " + fmt_fixed(run.copy_gbps, 2) + " GB/s" +
+              (run.shared_device ? ", shared by the host's ranks" : ""));
+  Simulator sim(*s.model, *s.trainer, *s.inference, plans, c);
+  for (const auto& [engine, measured] : run.measured_s)
+    t.add_row({engine, fmt_fixed(measured, 4), fmt_fixed(c.tensor_us.at(engine), 2),
+               fmt_fixed(sim.run(*find_engine(engine)).total_s, 4)});
+  t.print(std::cout);
+  std::cout << "# wrote " << o.calibrate << " (and the run, " << r.json_out << "); predict with --cluster "
+            << o.calibrate << " (another model or layout on this host: out of sample)\n";
+  return 0;
+}
+
 void run_simulate(const SimulateOptions& o) {
   ClusterSpec cluster = load_cluster(o.cluster);
+  if (!o.costs.empty()) cluster = with_costs_of(cluster, load_cluster(o.costs));
   nlohmann::json j;
   j["cluster"] = cluster.name;
+  j["profile"] = profile_name(cluster.profile);
   if (!o.compare.empty()) {
     // Predict a measured run: same model, layouts and engines as the result file.
     ResultFile m = read_result_file(o.compare);
@@ -169,8 +250,11 @@ void run_simulate(const SimulateOptions& o) {
     auto rs = simulate(s, cluster, engines, m.bucket_bytes > 0 ? m.bucket_bytes : o.bucket_bytes, bytes);
     print_results(s, cluster, rs, bytes);
     Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}, {"moved_pred", "MB"},
-               {"moved_meas", "MB"}, {"moved_err", "%"}});
-    cmp.add_title("predicted (cluster " + cluster.name + ") vs measured (" + o.compare + "), bytes " + bytes.describe());
+               {"moved_meas", "MB"}, {"moved_err", "%"}, {"basis", "", true}});
+    cmp.add_title("predicted (cluster " + cluster.name + ", profile " + profile_name(cluster.profile) + ") vs measured (" +
+                  o.compare + "), bytes " + bytes.describe() +
+                  "; basis: fitted = a cost of the cluster file was fitted on this setup and engine (not a test)");
+    const std::string setup_row = m.model + " " + m.trainer + " -> " + m.inference;
     for (size_t i = 0; i < rs.size(); ++i) {
       double measured = m.engines[i].time_avg_s;
       double err = 100.0 * (rs[i].total_s - measured) / measured;
@@ -179,8 +263,9 @@ void run_simulate(const SimulateOptions& o) {
       const double moved_err = moved > 0 ? 100.0 * (double(rs[i].bytes_moved) - moved) / moved : 0;
       cmp.add_row({rs[i].engine, fmt_fixed(rs[i].total_s, 4), fmt_fixed(measured, 4), fmt_fixed(err, 1),
                    fmt_fixed(double(rs[i].bytes_moved) / 1e6, 3), moved > 0 ? fmt_fixed(moved / 1e6, 3) : "-",
-                   moved > 0 ? fmt_fixed(moved_err, 1) : "-"});
+                   moved > 0 ? fmt_fixed(moved_err, 1) : "-", basis_of(cluster, setup_row + " " + rs[i].engine)});
       nlohmann::json x = to_json(rs[i]);
+      x["basis"] = basis_of(cluster, setup_row + " " + rs[i].engine);
       x["measured_s"] = measured;
       x["error_pct"] = err;
       if (moved > 0) {
@@ -195,7 +280,7 @@ void run_simulate(const SimulateOptions& o) {
     if (o.fewer_bytes) {
       j["fewer_bytes"].push_back(fewer_bytes(s, cluster, o));
     } else {
-      auto rs = simulate(s, cluster, o.engines.empty() ? every_engine() : o.engines, o.bucket_bytes, o.bytes());
+      auto rs = simulate(s, cluster, o.engines.empty() ? engines_with_costs(cluster) : o.engines, o.bucket_bytes, o.bytes());
       print_results(s, cluster, rs, o.bytes());
       j["quant"] = quant_name(s.inference->layout().quant);
       j["wire"] = s.inference->layout().quant == Quant::kNone ? "bf16" : o.wire;
@@ -205,19 +290,18 @@ void run_simulate(const SimulateOptions& o) {
   } else {
     Table cmp({{"setup", "", true}, {"engine", "", true}, {"model", "s"}, {"published", "s"}, {"error", "%"},
                {"basis", "", true}});
-    cmp.add_title("model vs published (shared/reference/published-numbers.md), cluster " + cluster.name);
+    cmp.add_title("model vs published (shared/reference/published-numbers.md), cluster " + cluster.name + ", profile " +
+                  profile_name(cluster.profile));
     cmp.add_title("basis: fitted = a cost term of the cluster file was fitted on this very number (not a test); "
                   "predicted = out of sample");
-    auto basis = [&](const std::string& row) {
-      std::string terms = cluster.fitted_terms(row);
-      return terms.empty() ? std::string("predicted") : "fitted (" + terms + ")";
-    };
+    auto basis = [&](const std::string& row) { return basis_of(cluster, row); };
     for (const char* layout : {"qwen3-235b-published", "kimi-k2-published"}) {
       ModelLayoutOptions lo;
       lo.layout = layout;
       ResolvedSetup s = resolve_setup(lo);
-      // Every engine: the published ones are compared, the others predicted alongside.
-      std::vector<EngineKind> engines = every_engine();
+      // Every engine the profile has costs for: the published ones are compared, the others
+      // predicted alongside.
+      std::vector<EngineKind> engines = o.engines.empty() ? engines_with_costs(cluster) : o.engines;
       auto rs = simulate(s, cluster, engines, o.bucket_bytes);
       print_results(s, cluster, rs);
       std::cout << "\n";
@@ -267,13 +351,17 @@ void run_simulate(const SimulateOptions& o) {
 
 }  // namespace
 
-void setup_simulate_command(CLI::App& app) {
+void setup_simulate_command(CLI::App& app, int argc, char** argv) {
   auto o = std::make_shared<SimulateOptions>();
   auto* sim = app.add_subcommand("simulate", "Predict cluster-scale sync time per engine from the real plans and a cluster file");
   add_layout_options(sim, &o->setup);
   sim->add_option("--cluster,-c", o->cluster, "Bundled cluster name (configs/clusters) or path to a cluster JSON")
       ->capture_default_str();
-  add_engine_option(sim, &o->engines, every_engine());
+  sim->add_option("--costs", o->costs,
+                  "Take the profile and per-operation costs from this cluster file (bundled name or path, e.g. one "
+                  "written by --calibrate) and the hardware from --cluster")
+      ->check([](const std::string& v) { return v.empty() ? std::string("expected a cluster file") : std::string(); });
+  add_engine_option(sim, &o->engines, {});
   sim->add_option("--bucket", o->bucket_bytes, "Broadcast bucket")->transform(CLI::AsSizeValue(false))->capture_default_str();
   sim->add_flag("--reproduce", o->reproduce, "Simulate the two published setups and compare with the published numbers");
   sim->add_option("--compare", o->compare, "Predict a measured bench result (its --json file): same model, layouts, engines");
@@ -293,7 +381,51 @@ void setup_simulate_command(CLI::App& app) {
   sim->add_flag("--fewer-bytes", o->fewer_bytes,
                 "Every engine full, with --dedupe-node, with --delta at --update-density, and with both, side by side "
                 "(with --reproduce: for both published setups)");
-  sim->callback([o] { run_simulate(*o); });
+  sim->add_option("--calibrate", o->calibrate,
+                   "Under mpirun: run the engines on the setup (--model/--layout, -t, -i) with the link and copy "
+                   "microbenchmarks, fit one per-tensor cost per engine to the measured times, and write a cluster "
+                   "file (profile shardsync) with its provenance to this path; the run itself goes to PATH.run.json")
+      ->group("Calibration");
+  sim->add_option("--memory", o->memory, "--calibrate: where weights live: host or cuda")
+      ->check(CLI::IsMember({"host", "cuda"}))
+      ->capture_default_str()
+      ->group("Calibration");
+  sim->add_option("--syncs,-n", o->syncs, "--calibrate: timed syncs per engine")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str()
+      ->group("Calibration");
+  sim->add_option("--warmup,-w", o->warmup, "--calibrate: warm-up syncs per engine")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str()
+      ->group("Calibration");
+  sim->add_option("--transport", o->transport, "--calibrate: as bench's --transport")->capture_default_str()->group("Calibration");
+  sim->add_option("--measure-iters", o->measure_iters, "--calibrate: reads per round of the link and copy microbenchmarks")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str()
+      ->group("Calibration");
+  sim->add_option("--send-buffer", o->send_buffer, "--calibrate: as bench's --send-buffer (default: bench's)")
+      ->transform(CLI::AsSizeValue(false))
+      ->group("Calibration");
+  sim->add_option("--recv-buffer", o->recv_buffer, "--calibrate: as bench's --recv-buffer (default: bench's)")
+      ->transform(CLI::AsSizeValue(false))
+      ->group("Calibration");
+  sim->add_option("--chunk", o->chunk, "--calibrate: as bench's --chunk (default: bench's)")
+      ->transform(CLI::AsSizeValue(false))
+      ->group("Calibration");
+  sim->add_option("--link", o->link,
+                  "--calibrate: shared (the host's ranks share one device: one GPU, or CPU processes) or per-rank "
+                  "(a device each, e.g. one rank per GPU)")
+      ->check(CLI::IsMember({"shared", "per-rank"}))
+      ->capture_default_str()
+      ->group("Calibration");
+  sim->callback([o, argc, argv] {
+    if (!o->calibrate.empty()) {
+      if (o->reproduce || !o->compare.empty() || o->fewer_bytes)
+        throw InputError("--calibrate", o->calibrate, "a calibration alone (not with --reproduce, --compare or --fewer-bytes)");
+      throw SubcommandExit(run_calibrate(*o, argc, argv));
+    }
+    run_simulate(*o);
+  });
 }
 
 }  // namespace shardsync

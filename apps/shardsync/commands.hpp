@@ -11,7 +11,7 @@ void setup_layout_command(CLI::App& app);
 void setup_plan_command(CLI::App& app);
 void setup_sync_commands(CLI::App& app, int argc, char** argv);
 void setup_info_command(CLI::App& app);
-void setup_simulate_command(CLI::App& app);
+void setup_simulate_command(CLI::App& app, int argc, char** argv);
 void setup_report_command(CLI::App& app);
 void setup_engines_command(CLI::App& app);
 

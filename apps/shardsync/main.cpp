@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   shardsync::setup_sync_commands(app, argc, argv);
   shardsync::setup_info_command(app);
   shardsync::setup_engines_command(app);
-  shardsync::setup_simulate_command(app);
+  shardsync::setup_simulate_command(app, argc, argv);
   shardsync::setup_report_command(app);
   try {
     app.parse(argc, argv);

@@ -116,6 +116,7 @@ void add_engine_option(CLI::App* app, std::vector<EngineKind>* engines, const st
   *engines = defaults;
   std::string help = "Engines to run, in order (comma list):";
   for (const EngineSpec& e : engine_table()) help += std::string("\n  ") + e.name + ": " + e.summary;
+  if (defaults.empty()) help += "\n(default: every row the cluster file's profile has costs for)";
   std::string def;
   for (EngineKind k : defaults) def += (def.empty() ? "" : ",") + std::string(engine_name(k));
   // A checked transform by name (CLI11's CheckedTransformer would also take the rows'

@@ -95,6 +95,10 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
                   "over the same transport (the path's raw copy bandwidth): a 25 ms warm-up, then three "
                   "rounds of this many reads, the fastest round reported")
       ->check(CLI::Range(0, 100000));
+  app->add_option("--measure-copy", o->copy_iters,
+                  "Before the engines, time this many 256 MiB copies within trainer rank 0's device (memory "
+                  "bandwidth, bytes read plus written): a 25 ms warm-up, the fastest of three rounds")
+      ->check(CLI::Range(0, 100000));
   app->add_option("--bucket", o->engine.bucket_bytes, "Broadcast bucket size")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
@@ -521,7 +525,7 @@ void run_engine(EngineKind kind, const SyncRunOptions& o, Engines& engines, cons
 
 // Rank 0: replica completion, failures, the comparison table, the JSON result.
 void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const RunLog& log,
-            double link_gbps, double reg_s, int argc, char** argv, int size) {
+            double link_gbps, double copy_gbps, double reg_s, int argc, char** argv, int size) {
   std::vector<EngineSummary> rows;
   for (const auto& r : log.runs) rows.push_back(summarize(r));
   auto is_down = [&](int rep) {
@@ -603,6 +607,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
     j["device_rank0"] = engines.device_description();
     j["collectives_rank0"] = engines.collectives_description();
     if (link_gbps > 0) j["link_gbps"] = link_gbps;
+    if (copy_gbps > 0) j["copy_gbps"] = copy_gbps;
     j["model_bytes"] = rs.s.model->total_bytes();
     for (const auto& r : log.runs) j["engines"].push_back(run_json(r));
     if (!log.failure.empty()) j["failure"] = log.failure;
@@ -614,11 +619,12 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
 
 }  // namespace
 
-int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
+int run_syncs(const SyncRunOptions& o, int argc, char** argv, int* world_rank) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world_rank) *world_rank = rank;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   RunSetup rs;
   const std::string error = set_up(o, rank, size, &rs);
@@ -639,6 +645,10 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
     const double reg_s = engines.bootstrap();
     print_rank_map(w, rs.s, rs.transport, engines.device_description(), MPI_COMM_WORLD);
     const double link_gbps = o.link_iters > 0 ? engines.measure_link(o.link_iters) : 0;
+    const double copy_gbps = o.copy_iters > 0 ? engines.measure_copy(o.copy_iters) : 0;
+    if (rank == 0 && copy_gbps > 0)
+      std::cout << "# device copy bandwidth (trainer rank 0, " << engines.device_description()
+                << ", read + written): " << fmt_fixed(copy_gbps, 2) << " GB/s\n";
     if (rank == 0) print_run_header(o, rs, engines, reg_s);
     RunLog log;
     for (EngineKind kind : o.engines) {
@@ -646,7 +656,7 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv) {
       if (!log.failure.empty()) break;
     }
     if (rank == 0) {
-      report(o, rs, engines, log, link_gbps, reg_s, argc, argv, size);
+      report(o, rs, engines, log, link_gbps, copy_gbps, reg_s, argc, argv, size);
       if (!log.failure.empty()) {
         std::cerr << "shardsync: error: " << log.failure << "\n";
         abort_job(3);

@@ -22,6 +22,7 @@ struct SyncRunOptions {
   std::string memory = "host";
   std::string transport = "auto";
   int link_iters = 0;  // > 0: measure the pull path's raw bandwidth first
+  int copy_iters = 0;  // > 0: measure trainer rank 0's device copy bandwidth first
   std::string fail_at;  // "sync=K,rank=R"
 };
 
@@ -32,8 +33,9 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o, const std::vector<En
 // A progress line on stderr in one write: piecewise writes to the unbuffered stream
 // interleave with stdout when mpirun forwards both.
 void progress_line(const std::string& line);
-// Returns the process exit status. Initializes and finalizes MPI.
-int run_syncs(const SyncRunOptions& o, int argc, char** argv);
+// Returns the process exit status. Initializes and finalizes MPI; `world_rank` (if given)
+// receives this process's rank.
+int run_syncs(const SyncRunOptions& o, int argc, char** argv, int* world_rank = nullptr);
 
 // shardsync join: a replacement process (no MPI) for a dead inference rank of a running job.
 struct JoinOptions {

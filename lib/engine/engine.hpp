@@ -143,6 +143,10 @@ class Engines {
   // the fastest round's rate. Called by every rank (start-up phase); returns GB/s on rank 0
   // (0 elsewhere).
   double measure_link(int iters);
+  // Device copy bandwidth on trainer rank 0: `iters` copies of 256 MiB within its device (after a
+  // 25 ms warm-up, the fastest of three rounds), counted as bytes read plus bytes written, as
+  // cluster files count HBM bandwidth. Called by every rank; GB/s on rank 0 (0 elsewhere).
+  double measure_copy(int iters);
   // Releases transport registrations (collective, normal path only).
   void shutdown();
   std::string transport_description() const;

@@ -70,6 +70,15 @@ const EngineSpec* find_engine(const std::string& name);
 // "broadcast, v1, v2, v3, v4"
 std::string engine_list();
 
+// Whether a sync serves the trainer's PP stages at the same time: true when none of the row's
+// collectives spans stages (a stage-local or direct source: each stage's trainer ranks gather,
+// pack and serve their own units and skip the others'), false when one does (V1's all-gather over
+// every trainer rank, the broadcast's gather to rank 0: every rank takes part in every unit, one
+// unit after another). The simulator's schedule model reads it.
+constexpr bool stages_concurrent(const EngineSpec& e) {
+  return (e.collectives & (kGatherToRoot | kAllGatherTrainers)) == 0;
+}
+
 // Convenience over the row.
 inline const char* engine_name(EngineKind k) {
   return engine_spec(k).name;

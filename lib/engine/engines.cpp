@@ -405,6 +405,34 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   return st;
 }
 
+double Engines::measure_copy(int iters) {
+  Impl& m = *impl_;
+  double gbps = 0;
+  if (m.world.rank == 0) {
+    const int64_t bytes = int64_t(256) << 20;
+    DeviceBuffer a(m.device.get(), bytes), b(m.device.get(), bytes);
+    auto once = [&] { m.device->memcpy(b.data(), a.data(), bytes); };
+    for (const double w0 = now_s(); now_s() - w0 < 0.025;) {
+      once();
+      m.device->synchronize();
+    }
+    for (int round = 0; round < 3; ++round) {
+      const double t0 = now_s();
+      for (int i = 0; i < iters; ++i) once();
+      m.device->synchronize();
+      gbps = std::max(gbps, 2.0 * double(bytes) * iters / (now_s() - t0) / 1e9);
+    }
+  }
+  MPI_Request barrier;
+  MPI_CHECK(MPI_Ibarrier(m.world.comm, &barrier));
+  IdleBackoff backoff;
+  for (int flag = 0; !flag;) {
+    MPI_CHECK(MPI_Test(&barrier, &flag, MPI_STATUS_IGNORE));
+    if (!flag) backoff.pause();
+  }
+  return gbps;
+}
+
 double Engines::measure_link(int iters) {
   Impl& m = *impl_;
   const int consumer = m.world.num_trainers;  // inference rank 0

@@ -50,6 +50,13 @@ ResultFile read_result_file(const std::string& path) {
     r.update_rows = pattern == "rows";
     r.memory = top.get_string_or("memory", "?");
     r.link_gbps = number_or(j, "link_gbps", 0, path, "link_gbps");
+    r.copy_gbps = number_or(j, "copy_gbps", 0, path, "copy_gbps");
+    r.git_sha = top.get_string_or("git_sha", "");
+    r.host = top.get_string_or("host", "");
+    r.date_utc = top.get_string_or("date_utc", "");
+    if (j.contains("argv") && j["argv"].is_array())
+      for (const auto& a : j["argv"])
+        if (a.is_string()) r.argv.push_back(a.get<std::string>());
     if (!j["engines"].is_array()) top.fail("engines", "expected the list of engine results");
     for (size_t i = 0; i < j["engines"].size(); ++i) {
       const nlohmann::json& e = j["engines"][i];

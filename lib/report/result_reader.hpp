@@ -30,6 +30,9 @@ struct ResultFile {
   bool update_rows = false;                   // config.update_pattern == "rows"
   std::string memory = "?";                   // memory
   double link_gbps = 0;                       // link_gbps (0: not measured)
+  double copy_gbps = 0;                       // copy_gbps (0: not measured)
+  std::string git_sha, host, date_utc;        // provenance ("" if absent)
+  std::vector<std::string> argv;              // provenance: the command line
   std::vector<EngineResult> engines;          // in run order
 };
 

@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
+#include "engine/engine_table.hpp"
 #include "model/bundled.hpp"
 
 namespace shardsync {
@@ -30,6 +31,10 @@ double get_nonneg(const JsonFields& f, const std::string& key, double fallback) 
 
 }  // namespace
 
+const char* profile_name(CostProfile p) {
+  return p == CostProfile::kVllmPublished ? "vllm-published" : "shardsync";
+}
+
 ClusterSpec parse_cluster_json(const std::string& text, const std::string& source, const std::string& name) {
   nlohmann::json doc = parse_json_text(text, source);
   JsonFields f(doc, source);
@@ -37,6 +42,17 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
   c.name = name;
   c.source = source;
   c.description = f.get_string_or("description", "");
+  const std::string profile = f.get_string("profile");
+  if (profile == "shardsync") c.profile = CostProfile::kShardsync;
+  else if (profile == "vllm-published") c.profile = CostProfile::kVllmPublished;
+  else f.fail("profile", "expected \"shardsync\" (costs measured by shardsync, schedules from the engine table) or "
+                         "\"vllm-published\" (costs fitted on the published Python stack's table, its schedules)");
+  // Fields of earlier cluster files that are no longer hardware: refused by name.
+  for (const char* gone : {"pp_serial", "v2_overlap"})
+    if (f.has(gone))
+      f.fail(gone, "no longer a cluster field: whether trainer PP stages overlap and whether pulls overlap the "
+                   "iterator are the engine table's (profile shardsync) or the published system's (profile "
+                   "vllm-published); see docs/simulator.md");
   c.gpus_per_node = int(f.get_int("gpus_per_node", 1));
   if (c.gpus_per_node > 1024) f.fail("gpus_per_node", "expected at most 1024");
   c.nic_gbps = get_positive(f, "nic_gbps", c.nic_gbps);
@@ -45,22 +61,30 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
   c.hbm_gbps = get_positive(f, "hbm_gbps", c.hbm_gbps);
   c.nic_latency_us = get_nonneg(f, "nic_latency_us", c.nic_latency_us);
   c.nvlink_latency_us = get_nonneg(f, "nvlink_latency_us", c.nvlink_latency_us);
-  if (f.has("costs")) {
+  {
     JsonFields k = f.get_object("costs");
+    for (const char* gone : {"broadcast_tensor_us", "iterator_tensor_us", "v3_tensor_us", "v3_group_us"})
+      if (k.has(gone)) k.fail(gone, "no longer a cost term: per-tensor costs are costs.tensor_us.<engine>, the "
+                                    "per-group cost costs.group_us");
     c.collective_launch_us = get_nonneg(k, "collective_launch_us", c.collective_launch_us);
-    c.broadcast_tensor_us = get_nonneg(k, "broadcast_tensor_us", c.broadcast_tensor_us);
-    c.iterator_tensor_us = get_nonneg(k, "iterator_tensor_us", c.iterator_tensor_us);
-    c.v3_tensor_us = get_nonneg(k, "v3_tensor_us", c.v3_tensor_us);
-    c.v3_group_us = get_nonneg(k, "v3_group_us", c.v3_group_us);
+    c.group_us = get_nonneg(k, "group_us", c.group_us);
+    JsonFields t = k.get_object("tensor_us");
+    for (auto it = t.raw().begin(); it != t.raw().end(); ++it) {
+      if (!find_engine(it.key()))
+        t.fail(it.key(), "expected an engine row name (" + engine_list() + ")");
+      c.tensor_us[it.key()] = get_nonneg(t, it.key(), 0);
+    }
   }
-  c.pp_serial = f.get_bool_or("pp_serial", true);
   c.separate_nodes = f.get_bool_or("separate_nodes", true);
-  c.v2_overlap = f.get_bool_or("v2_overlap", true);
-  if (f.has("sources")) {
-    const auto& s = doc["sources"];
-    if (!s.is_object()) f.fail("sources", "expected an object of field -> source");
-    for (auto it = s.begin(); it != s.end(); ++it) c.sources[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
-  }
+  c.shared_node_bandwidth = f.get_bool_or("shared_node_bandwidth", false);
+  auto strings = [&](const char* key, std::map<std::string, std::string>* out) {
+    if (!f.has(key)) return;
+    const auto& s = doc[key];
+    if (!s.is_object()) f.fail(key, "expected an object of field -> text");
+    for (auto it = s.begin(); it != s.end(); ++it) (*out)[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  };
+  strings("sources", &c.sources);
+  strings("provenance", &c.provenance);
   if (f.has("fitted_on")) {
     const auto& fo = doc["fitted_on"];
     if (!fo.is_object()) f.fail("fitted_on", "expected an object of cost term -> list of \"setup engine\" rows");
@@ -75,12 +99,61 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
   return c;
 }
 
+double ClusterSpec::tensor_cost_us(const std::string& engine) const {
+  auto it = tensor_us.find(engine);
+  if (it == tensor_us.end())
+    throw InputError(source, "costs.tensor_us." + engine,
+                     std::string("a per-tensor cost for engine ") + engine + " (profile " + profile_name(profile) +
+                         " has none: its costs were " +
+                         (profile == CostProfile::kVllmPublished ? "fitted on the published engines only"
+                                                                  : "not measured for this engine") + ")");
+  return it->second;
+}
+
+ClusterSpec with_costs_of(const ClusterSpec& hardware, const ClusterSpec& costs) {
+  ClusterSpec c = hardware;
+  c.name = hardware.name + " + costs of " + costs.name;
+  c.profile = costs.profile;
+  c.collective_launch_us = costs.collective_launch_us;
+  c.group_us = costs.group_us;
+  c.tensor_us = costs.tensor_us;
+  c.fitted_on = costs.fitted_on;
+  c.provenance = costs.provenance;
+  for (const auto& [field, text] : costs.sources)
+    if (field.rfind("tensor_us", 0) == 0 || field == "group_us" || field == "collective_launch_us")
+      c.sources[field] = text + " (from " + costs.source + ")";
+  return c;
+}
+
 std::string ClusterSpec::fitted_terms(const std::string& row) const {
   std::string out;
   for (const auto& [term, rows] : fitted_on)
     for (const auto& r : rows)
       if (r == row) out += (out.empty() ? "" : ", ") + term;
   return out;
+}
+
+std::string cluster_json(const ClusterSpec& c) {
+  nlohmann::ordered_json j;
+  j["description"] = c.description;
+  j["profile"] = profile_name(c.profile);
+  j["gpus_per_node"] = c.gpus_per_node;
+  j["nic_gbps"] = c.nic_gbps;
+  j["nic_raw_gbps"] = c.nic_raw_gbps;
+  j["nvlink_gbps"] = c.nvlink_gbps;
+  j["hbm_gbps"] = c.hbm_gbps;
+  j["nic_latency_us"] = c.nic_latency_us;
+  j["nvlink_latency_us"] = c.nvlink_latency_us;
+  j["separate_nodes"] = c.separate_nodes;
+  j["shared_node_bandwidth"] = c.shared_node_bandwidth;
+  j["costs"]["collective_launch_us"] = c.collective_launch_us;
+  j["costs"]["group_us"] = c.group_us;
+  j["costs"]["tensor_us"] = nlohmann::ordered_json::object();
+  for (const auto& [engine, us] : c.tensor_us) j["costs"]["tensor_us"][engine] = us;
+  if (!c.fitted_on.empty()) j["fitted_on"] = c.fitted_on;
+  j["sources"] = c.sources;
+  if (!c.provenance.empty()) j["provenance"] = c.provenance;
+  return j.dump(2) + "\n";
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {

@@ -8,31 +8,60 @@
 
 namespace shardsync {
 
+// Whose implementation a cluster file's costs describe (docs/simulator.md, "Two profiles").
+enum class CostProfile {
+  // shardsync's engines: their costs measured by shardsync (simulate --calibrate) and their
+  // schedules as the engine table gives them (stages_concurrent, depth).
+  kShardsync,
+  // The published Python stack of the vLLM RDT blog: costs fitted on its Qwen3-235B table, and
+  // its schedules as the blog describes them (transfers serialized over trainer PP groups; the
+  // per-parameter iterator hands each pull to an asynchronous RDMA thread).
+  kVllmPublished,
+};
+const char* profile_name(CostProfile p);
+
 struct ClusterSpec {
   std::string name, source, description;
+  CostProfile profile = CostProfile::kShardsync;
   int gpus_per_node = 8;
   double nic_gbps = 45;        // per GPU, per direction, effective payload
   double nic_raw_gbps = 50;    // per GPU line rate (speed-of-light estimates use it, as the seed does)
   double nvlink_gbps = 450;    // per GPU, per direction
   double hbm_gbps = 3350;      // device memory bandwidth (a copy of B bytes moves 2B)
   double nic_latency_us = 5, nvlink_latency_us = 3;
-  double collective_launch_us = 30;   // per collective call (launch + completion)
-  double broadcast_tensor_us = 1400;  // broadcast baseline: per HF tensor (export, per-tensor sync, inference loader)
-  double iterator_tensor_us = 130;    // V1, V2: per HF tensor (iterator step, request, descriptor)
-  double v3_tensor_us = 90;           // V3: per HF tensor replayed and packed inside a group (overlaps transfers)
-  double v3_group_us = 1000;          // V3: per weight group (release barrier, buffer hand-off)
-  bool pp_serial = true;              // V3 transfers serialized over trainer PP groups (the seed's limit)
-  bool v2_overlap = true;             // V2's pulls overlap its iterator (published system); false: one tensor at a time (shardsync's V2)
-  bool separate_nodes = true;         // inference ranks start on a fresh node (else right after the trainers' GPUs)
+  double collective_launch_us = 30;  // per collective call (launch + completion)
+  double group_us = 0;               // per weight group of the grouped engines (release barrier, hand-off)
+  // Per HF tensor, by engine row name: the work the bandwidths do not explain (broadcast: export,
+  // per-tensor sync and loader; V1/V2: the iterator step with its request; V3/V4: replay and pack
+  // inside a group, overlapping its pulls). An engine without a cost here is refused by name.
+  std::map<std::string, double> tensor_us;
+  bool separate_nodes = true;  // inference ranks start on a fresh node (else right after the trainers' GPUs)
+  // Ranks of a node share one device and its copy bandwidth (several ranks on one GPU, or
+  // processes on a CPU host): copies within a node (pulls, gathers, the process step) share
+  // nvlink_gbps and hbm_gbps among them instead of each rank having its own.
+  bool shared_node_bandwidth = false;
   std::map<std::string, std::string> sources;  // field -> where the number comes from
-  // Cost terms fitted to measured or published times: term -> the "setup engine" rows it was
-  // fitted on (e.g. "qwen3-235b-published v3"). A prediction of such a row is a fit, not a test.
+  // Cost terms fitted to measured or published times: term ("tensor_us.v3") -> the "setup
+  // engine" rows it was fitted on (e.g. "qwen3-235b-published v3"). A prediction of such a row
+  // is a fit, not a test.
   std::map<std::string, std::vector<std::string>> fitted_on;
+  // simulate --calibrate: what produced the file (command, machine, commit, date, the run).
+  std::map<std::string, std::string> provenance;
+
   // The cost terms fitted on `row` ("setup engine"), joined by ", "; empty: the row is predicted.
   std::string fitted_terms(const std::string& row) const;
+  // Throws InputError naming the file and costs.tensor_us.<engine> when the profile lacks it.
+  double tensor_cost_us(const std::string& engine) const;
+  bool has_tensor_cost(const std::string& engine) const { return tensor_us.count(engine) > 0; }
 };
 
 ClusterSpec load_cluster(const std::string& name_or_path);
 ClusterSpec parse_cluster_json(const std::string& text, const std::string& source, const std::string& name);
+// The costs of `costs` (profile, per-operation costs, their sources, fitted_on, provenance) on
+// the hardware of `hardware`: e.g. the H200 host's measured per-tensor costs on a DGX H100
+// cluster's links (simulate --costs).
+ClusterSpec with_costs_of(const ClusterSpec& hardware, const ClusterSpec& costs);
+// The file parse_cluster_json reads back (simulate --calibrate writes it).
+std::string cluster_json(const ClusterSpec& c);
 
 }  // namespace shardsync

@@ -74,11 +74,20 @@ int64_t Simulator::wire_bytes(const ParamMeta& p, int64_t n) const {
 
 double Simulator::process_factor() const { return bytes_.fp8_wire ? 1.0 : 2.0; }
 
+double Simulator::ranks_sharing_hbm() const {
+  if (!cluster_.shared_node_bandwidth) return 1;
+  std::map<int, int> per_node;
+  for (int i = 0; i < inference_.world_size(); ++i) per_node[node_of(inference_gpu(i))]++;
+  int most = 1;
+  for (auto& [n, c] : per_node) most = std::max(most, c);
+  return double(most);
+}
+
 double Simulator::quantize_pass_s() const {
   if (inference_.layout().quant == Quant::kNone || bytes_.fp8_wire) return 0;
   int64_t share = 0;
   for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
-  return 1.5 * double(share) / (cluster_.hbm_gbps * 1e9);
+  return 1.5 * double(share) * ranks_sharing_hbm() / (cluster_.hbm_gbps * 1e9);
 }
 
 int Simulator::trainer_nodes() const {
@@ -138,13 +147,29 @@ std::vector<std::vector<Simulator::Flow>> Simulator::flows(SourcePolicy policy) 
   return out;
 }
 
-double Simulator::detect_time(const std::vector<std::vector<Flow>>& f, int32_t first, int32_t count) const {
+double Simulator::all_pulls_bound(const std::vector<std::vector<Flow>>& f) const {
+  std::vector<Flow> all;
+  for (const auto& x : f) all.insert(all.end(), x.begin(), x.end());
+  int64_t nvlink = 0, ib = 0;  // counted by the phases themselves
+  return phase_time(all, &nvlink, &ib);
+}
+
+bool Simulator::stages_overlap(const EngineSpec& engine) const {
+  return cluster_.profile == CostProfile::kShardsync && stages_concurrent(engine);
+}
+
+bool Simulator::pulls_overlap_iterator(const EngineSpec& engine) const {
+  if (engine.unit != UnitKind::kTensor) return false;
+  return cluster_.profile == CostProfile::kVllmPublished ? engine.cache_requests : engine.depth != 1;
+}
+
+double Simulator::detect_time(const std::vector<std::vector<Flow>>& f, const std::vector<int32_t>& tensors) const {
   if (!bytes_.delta) return 0;
   // A trainer packs each of its chunks once for every replica: its distinct bytes are those of
   // one replica's flows.
   const int per = inference_.layout().ranks_per_replica();
   std::map<int, double> packed;
-  for (int32_t t = first; t < first + count; ++t)
+  for (int32_t t : tensors)
     for (const Flow& x : f[size_t(t)])
       if (!x.shared && x.dst < inference_gpu(per)) packed[x.src] += double(x.full);
   double busiest = 0;
@@ -174,8 +199,15 @@ double Simulator::phase_time(const std::vector<Flow>& flows, int64_t* nvlink, in
   double t = 0;
   for (auto* m : {&out_nic, &in_nic})
     for (auto& [g, b] : *m) t = std::max(t, b / (cluster_.nic_gbps * 1e9));
-  for (auto* m : {&out_nvl, &in_nvl})
-    for (auto& [g, b] : *m) t = std::max(t, b / (cluster_.nvlink_gbps * 1e9));
+  if (cluster_.shared_node_bandwidth) {
+    // One device a node: every copy inside it shares its bandwidth.
+    std::map<int, double> node_bytes;
+    for (auto& [g, b] : out_nvl) node_bytes[node_of(g)] += b;
+    for (auto& [n, b] : node_bytes) t = std::max(t, b / (cluster_.nvlink_gbps * 1e9));
+  } else {
+    for (auto* m : {&out_nvl, &in_nvl})
+      for (auto& [g, b] : *m) t = std::max(t, b / (cluster_.nvlink_gbps * 1e9));
+  }
   if (any_ib) t += cluster_.nic_latency_us * 1e-6;
   else if (any_nvl) t += cluster_.nvlink_latency_us * 1e-6;
   return t;
@@ -191,7 +223,8 @@ double Simulator::allgather_time(const std::vector<int>& gpus, int64_t bytes, in
   for (int g : gpus) per_node[node_of(g)]++;
   const double k = double(per_node.size());
   const double b = double(bytes);
-  double intra = b * double(n - 1) / double(n) / (cluster_.nvlink_gbps * 1e9);
+  // Each member receives (n-1)/n of the tensor; on a shared device all n receive through it.
+  double intra = b * double(n - 1) / double(cluster_.shared_node_bandwidth ? 1 : n) / (cluster_.nvlink_gbps * 1e9);
   double t = intra, latency = cluster_.nvlink_latency_us;
   if (per_node.size() > 1) {
     int g = per_node.begin()->second;
@@ -246,6 +279,10 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   SimResult r;
   r.engine = engine.name;
   const ClusterSpec& c = cluster_;
+  r.tensor_us = c.tensor_cost_us(engine.name);
+  r.stages_overlap = stages_overlap(engine);
+  r.pulls_overlap_iterator = pulls_overlap_iterator(engine);
+  const double per_tensor = r.tensor_us * 1e-6;
   const SourcePolicy policy = engine.source;
   std::vector<std::vector<Flow>> f = flows(policy == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : policy);
   // Dedupe's copies inside a node come after the pulls, as in the engines (a sharer copies
@@ -314,7 +351,7 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
       for (const auto& piece : trainer_.pieces(t))
         pieces.emplace_back(trainer_gpu(piece.ranks.front()), piece.box.numel() * dtype_bytes(p.dtype));
       r.gather_s += gather_root_time(0, pieces, &r.bytes_nvlink, &r.bytes_ib);
-      r.overhead_s += c.broadcast_tensor_us * 1e-6;
+      r.overhead_s += per_tensor;
       const int64_t sent = wire_bytes(p, p.numel());
       if (bucket > 0 && bucket + sent > bucket_bytes) flush();
       bucket += sent;
@@ -329,37 +366,64 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
     // tensors: device copies (read + write) of the model and of the rank's share.
     int64_t share = 0;
     for (int i = 0; i < inference_.layout().ranks_per_replica(); ++i) share = std::max(share, inference_.needed_bytes(i));
-    r.process_s = (2.0 * double(model_.total_bytes()) + process_factor() * double(share)) / (c.hbm_gbps * 1e9);
+    r.process_s = (2.0 * double(model_.total_bytes()) + process_factor() * double(share) * ranks_sharing_hbm()) / (c.hbm_gbps * 1e9);
     r.total_s = r.gather_s + r.overhead_s + r.transfer_s + r.process_s;
+    r.stage_s = {r.total_s};  // one stream: rank 0 gathers every tensor in turn
     r.trainer_peak_bytes = shard_peak + std::min(bucket_bytes, model_.total_bytes()) + largest_tensor;
     r.inference_peak_bytes = live_peak + std::min(bucket_bytes, model_.total_bytes());
   } else if (engine.sim == SimModel::kTensorIterator) {
-    // The per-parameter iterator: one tensor after another. A full all-gather (V1) gathers
-    // every tensor over every trainer rank; a stage-local one (V2) within the TP group of
-    // the owning stage only (experts not at all). Requests made every sync (V1) make each
-    // pull wait for its tensor; cached ones (V2) let the pulls overlap the iterator.
-    const bool overlap = engine.cache_requests && c.v2_overlap;
-    std::vector<Flow> all;
-    r.detect_s = detect_time(f, 0, int32_t(num_tensors));
-    r.overhead_s += r.detect_s;
-    for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
-      r.overhead_s += c.iterator_tensor_us * 1e-6;
-      r.gather_s += policy == SourcePolicy::kEverywhere
-                        ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
-                        : tp_gather(t);
-      if (overlap) all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
-      else r.transfer_s += phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
-    }
-    if (!overlap) {
-      r.total_s = r.overhead_s + r.gather_s + r.transfer_s;
-    } else {
+    // The per-parameter iterator: one tensor after another within a stage. A full all-gather
+    // (V1) gathers every tensor over every trainer rank (so the stages go one after another); a
+    // stage-local one (V2) within the TP group of the owning stage only (experts not at all),
+    // each stage's ranks serving their own tensors. Pulls overlap the iterator where the
+    // schedule says so (the published stack); otherwise each tensor is gathered, pulled and
+    // released before the next.
+    std::vector<int32_t> all_tensors(static_cast<size_t>(num_tensors));
+    for (int32_t t = 0; t < int32_t(num_tensors); ++t) all_tensors[size_t(t)] = t;
+    std::map<int, double> stage_t;
+    std::map<int, std::vector<int32_t>> stage_tensors;
+    for (int32_t t = 0; t < int32_t(num_tensors); ++t) stage_tensors[trainer_.stage_of_param(model_.param(t))].push_back(t);
+    if (r.pulls_overlap_iterator) {
+      std::vector<Flow> all;
+      r.detect_s = detect_time(f, all_tensors);
+      r.overhead_s += r.detect_s;
+      for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
+        r.overhead_s += per_tensor;
+        r.gather_s += policy == SourcePolicy::kEverywhere
+                          ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
+                          : tp_gather(t);
+        all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
+      }
       r.transfer_s = phase_time(all, &r.bytes_nvlink, &r.bytes_ib);
       r.total_s = std::max(r.overhead_s + r.gather_s, r.transfer_s);
+      r.stage_s = {r.total_s};
+    } else {
+      for (auto& [stage, tensors] : stage_tensors) {
+        const double detect = detect_time(f, tensors);
+        r.detect_s += detect;
+        double t_stage = detect;
+        for (int32_t t : tensors) {
+          const double gather = policy == SourcePolicy::kEverywhere
+                                     ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
+                                     : tp_gather(t);
+          const double pull = phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
+          r.gather_s += gather;
+          r.transfer_s += pull;
+          t_stage += per_tensor + gather + pull;
+        }
+        r.overhead_s += detect + per_tensor * double(tensors.size());
+        r.stage_s.push_back(t_stage);
+      }
+      for (double t : r.stage_s) r.total_s = r.stages_overlap ? std::max(r.total_s, t) : r.total_s + t;
+      if (r.stages_overlap) {
+        r.pulls_together_s = all_pulls_bound(f);
+        r.total_s = std::max(r.total_s, r.pulls_together_s);
+      }
     }
     r.trainer_peak_bytes = shard_peak + largest_tensor;
     r.inference_peak_bytes = live_peak + largest_tensor;
   } else if (engine.sim == SimModel::kGroupPipeline) {
-    // V3, V4: weight groups; per trainer PP stage (one after another when pp_serial), group
+    // V3, V4: weight groups; per trainer PP stage (overlapping as stages_overlap says), group
     // N+1 is gathered (V3; V4 gathers nothing) while group N is pulled, and the per-tensor
     // replay of a group overlaps its transfer; each group then pays the release barrier.
     const auto& groups = model_.groups();
@@ -384,27 +448,32 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
           flows_g.insert(flows_g.end(), f[size_t(t)].begin(), f[size_t(t)].end());
         }
         // Delta: the group's chunks are compared with the kept ones as they are packed.
-        const double detect = detect_time(f, wg.first_param, wg.num_params);
+        std::vector<int32_t> members(size_t(wg.num_params));
+        for (int32_t i = 0; i < wg.num_params; ++i) members[size_t(i)] = wg.first_param + i;
+        const double detect = detect_time(f, members);
         r.detect_s += detect;
         gather += detect;
         double pull = phase_time(flows_g, &r.bytes_nvlink, &r.bytes_ib);
-        double replay = double(wg.num_params) * c.v3_tensor_us * 1e-6;
+        double replay = double(wg.num_params) * per_tensor;
         r.gather_s += gather;
         r.transfer_s += pull;
-        r.overhead_s += replay + c.v3_group_us * 1e-6;
+        r.overhead_s += replay + c.group_us * 1e-6;
         if (first) stage_t += gather;  // nothing to overlap the first gather with
         else prev_gather = std::max(prev_gather, gather);
-        stage_t += std::max({pull, replay, first ? 0.0 : gather}) + c.v3_group_us * 1e-6;
+        stage_t += std::max({pull, replay, first ? 0.0 : gather}) + c.group_us * 1e-6;
         first = false;
       }
       // The last group's process + copy into live weights (HBM speed) is not overlapped.
       int64_t last = groups[size_t(gs.back())].bytes / std::max(1, inference_.layout().ranks_per_replica());
-      double process = process_factor() * double(last) / (c.hbm_gbps * 1e9);
+      double process = process_factor() * double(last) * ranks_sharing_hbm() / (c.hbm_gbps * 1e9);
       r.process_s += process;
       stage_t += process;
-      total = c.pp_serial ? total + stage_t : std::max(total, stage_t);
+      r.stage_s.push_back(stage_t);
+      total = r.stages_overlap ? std::max(total, stage_t) : total + stage_t;
     }
-    r.total_s = total;
+    // Stages at once share the receivers' links: never faster than every pull in one phase.
+    if (r.stages_overlap) r.pulls_together_s = all_pulls_bound(f);
+    r.total_s = std::max(total, r.pulls_together_s);
     r.trainer_peak_bytes =
         shard_peak + (policy == SourcePolicy::kDirect ? 0 : 2 * largest_group / std::max(1, trainer_.tp() * trainer_.dp()));
     r.inference_peak_bytes = live_peak + 2 * largest_group / std::max(1, inference_.layout().ranks_per_replica());

@@ -55,6 +55,14 @@ struct SimResult {
   double sol_abs_s = 0;        // busiest replica's bytes over its GPUs' line rate
   double sol_pp_serial_s = 0;  // the same with trainer PP groups sending one after another
   int64_t tensors = 0, groups = 0, pulls = 0;
+  // Per trainer PP stage, the time to serve its units; total_s takes their maximum when the
+  // stages overlap (stages_overlap) and their sum when they go one after another (then the
+  // parts after the stages, FP8 quantize and dedupe copies, are added either way).
+  std::vector<double> stage_s;
+  bool stages_overlap = false;
+  double pulls_together_s = 0;  // stages at once: every pull as one phase (the shared receivers' bound)
+  bool pulls_overlap_iterator = false;  // the per-tensor engines: pulls hidden under the iterator
+  double tensor_us = 0;                 // the cluster file's per-tensor cost used for this engine
 };
 
 // GPUs: trainer rank r on node r / gpus_per_node; inference ranks on the nodes after the
@@ -71,6 +79,12 @@ class Simulator {
   SimResult run(EngineKind engine, int64_t bucket_bytes = int64_t(1) << 30) const {
     return run(engine_spec(engine), bucket_bytes);
   }
+  // The schedule of a row under the cluster file's profile: shardsync's engines overlap trainer PP
+  // stages exactly when the engine table says so (stages_concurrent); the published stack
+  // serializes them (the blog). The per-tensor engines' pulls overlap the iterator in the published
+  // stack (an asynchronous RDMA thread) and where a row holds more than one unit (depth != 1).
+  bool stages_overlap(const EngineSpec& engine) const;
+  bool pulls_overlap_iterator(const EngineSpec& engine) const;
   int trainer_nodes() const;
   int inference_nodes() const;
 
@@ -88,8 +102,11 @@ class Simulator {
   // expected record bytes and dedupe's node-internal copies when asked for.
   std::vector<std::vector<Flow>> flows(SourcePolicy policy) const;
   // Delta: the slowest trainer's change detection for `tensors`' flows (its distinct packed bytes).
-  double detect_time(const std::vector<std::vector<Flow>>& f, int32_t first, int32_t count) const;
+  double detect_time(const std::vector<std::vector<Flow>>& f, const std::vector<int32_t>& tensors) const;
   double phase_time(const std::vector<Flow>& flows, int64_t* nvlink, int64_t* ib) const;
+  // Every pull of a sync as one phase: the bound on stages served at once, whose pulls share
+  // the inference ranks' links.
+  double all_pulls_bound(const std::vector<std::vector<Flow>>& f) const;
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
@@ -98,6 +115,9 @@ class Simulator {
   // Device bytes read and written by the process step's copy per bf16 byte that lands: 2
   // (read + write), 1 placing FP8 codes sent on the wire.
   double process_factor() const;
+  // Inference ranks whose process steps run at once on one device (shared_node_bandwidth: the
+  // busiest node's inference ranks; else 1).
+  double ranks_sharing_hbm() const;
   // A receiver-side FP8 target: the engines quantize a rank's weights in one pass after the
   // last piece landed (in place, the default): bf16 read, codes written, 1.5 bytes per bf16
   // byte of the busiest rank at HBM speed, not overlapped. 0 otherwise.

@@ -11,7 +11,7 @@ python3 - <<PY
 import re, sys
 rows = {}
 for line in """$out""".splitlines():
-    m = re.match(r"^  (\S+-published)\s+(.+?)\s+([-0-9.]+)\s+([-0-9.]+)\s+([-0-9.]+) (fitted \(\w+\)|predicted)$", line)
+    m = re.match(r"^  (\S+-published)\s+(.+?)\s+([-0-9.]+)\s+([-0-9.]+)\s+([-0-9.]+) (fitted \([\w., ]+\)|predicted)$", line)
     if m: rows[(m.group(1), m.group(2).strip())] = tuple(float(m.group(i)) for i in (3, 4, 5)) + (m.group(6),)
 bounds = {("qwen3-235b-published", "broadcast"): 2, ("qwen3-235b-published", "v1"): 14,
           ("qwen3-235b-published", "v2"): 14, ("qwen3-235b-published", "v3"): 2,

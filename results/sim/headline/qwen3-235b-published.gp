@@ -1,0 +1,11 @@
+set terminal pngcairo size 1000,520 font ",10"
+set output 'results/sim/headline/qwen3-235b-published.png'
+set title "qwen3-235b-published: shardsync predicted (costs: h200x2-nvlink) vs published"
+set style data histograms
+set style fill solid 0.8 border -1
+set boxwidth 0.7
+set ylabel "sync time, s"
+set xtics rotate by -30 left
+set grid ytics
+set key off
+plot 'results/sim/headline/qwen3-235b-published.dat' using 2:xtic(1) lc rgb "#4477aa"
