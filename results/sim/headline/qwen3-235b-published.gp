@@ -6,6 +6,8 @@ set style fill solid 0.8 border -1
 set boxwidth 0.7
 set ylabel "sync time, s"
 set xtics rotate by -30 left
+set bmargin 9
+set rmargin 14
 set grid ytics
 set key off
 plot 'results/sim/headline/qwen3-235b-published.dat' using 2:xtic(1) lc rgb "#4477aa"
