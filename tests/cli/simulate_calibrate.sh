@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# simulate_calibrate.sh SHARDSYNC DIR: `simulate --calibrate` under mpirun (tiny-qwen3, TP2 -> TP1,
+# 3 ranks, every engine) writes a cluster file of profile shardsync that (1) records its provenance:
+# the command, host, commit and date, and the run it read, which exists and is a bench result;
+# (2) holds the two measured bandwidths and a fitted per-tensor cost for every engine row, each
+# fitted_on the calibration's own row; (3) reproduces the calibration run's times when --compare
+# reads that run back (a fit, and labelled "fitted"), while a run of another layout is labelled
+# "predicted". Bad use is refused: --calibrate with --reproduce.
+set -u
+ss="$1" dir="$2"
+rm -rf "$dir" && mkdir -p "$dir"
+fail() { echo "FAIL: $*"; exit 1; }
+timeout 240 mpirun --oversubscribe -np 3 "$ss" simulate --calibrate "$dir/cal.json" -m tiny-qwen3 -t tp2 -i tp1 \
+  --syncs 1 --warmup 1 --measure-iters 2 > "$dir/calibrate.log" 2>&1 || { tail "$dir/calibrate.log"; fail "calibrate exit $?"; }
+[[ -f "$dir/cal.run.json" ]] || fail "no run file beside the cluster file"
+python3 - "$dir" "$("$ss" --version)" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+c = json.load(open(d + "/cal.json"))
+run = json.load(open(d + "/cal.run.json"))
+bad = []
+if c.get("profile") != "shardsync": bad.append("profile %r" % c.get("profile"))
+p = c.get("provenance", {})
+for k in ("command", "host", "git_sha", "date_utc", "run"):
+    if not p.get(k): bad.append("provenance.%s missing" % k)
+if "--calibrate" not in p.get("command", ""): bad.append("provenance.command lacks the command: %r" % p.get("command"))
+if p.get("git_sha") != run.get("git_sha"): bad.append("provenance.git_sha differs from the run's")
+if p.get("run") != d + "/cal.run.json": bad.append("provenance.run %r" % p.get("run"))
+if not c["nvlink_gbps"] > 0 or c["nvlink_gbps"] != run.get("link_gbps"): bad.append("nvlink_gbps is not the run's link")
+if not c["hbm_gbps"] > 0 or c["hbm_gbps"] != run.get("copy_gbps"): bad.append("hbm_gbps is not the run's copy")
+engines = [e["engine"] for e in run["engines"]]
+if sorted(engines) != sorted(c["costs"]["tensor_us"]): bad.append("costs for %s, run of %s" % (list(c["costs"]["tensor_us"]), engines))
+row = "tiny-qwen3 tp2,pp1,ep1,etp2,dp1 -> tp1"
+for e in engines:
+    if c["fitted_on"].get("tensor_us." + e) != [row + " " + e]: bad.append("fitted_on.tensor_us.%s = %r" % (e, c["fitted_on"].get("tensor_us." + e)))
+if bad: sys.exit("FAIL: " + "; ".join(bad))
+PY
+# The calibration run read back: every engine within 0.5% and labelled fitted.
+out=$("$ss" simulate --compare "$dir/cal.run.json" --cluster "$dir/cal.json" 2>&1) || fail "compare exit: $out"
+echo "$out" | python3 -c '
+import re, sys
+rows = [l.split() for l in sys.stdin if re.match(r"^  (broadcast|v[0-9]) +[-0-9.]+ +[-0-9.]+ .*(fitted \(|predicted$)", l)]
+if len(rows) != 5: sys.exit("FAIL: %d compare rows" % len(rows))
+for r in rows:
+    if abs(float(r[3])) > 0.5: sys.exit("FAIL: %s refit off by %s%%" % (r[0], r[3]))
+    if not r[7].startswith("fitted"): sys.exit("FAIL: %s basis %s" % (r[0], r[7]))
+' || exit 1
+# Refused: a calibration with another mode.
+if "$ss" simulate --calibrate "$dir/x.json" --reproduce > "$dir/refused.log" 2>&1; then fail "--calibrate --reproduce accepted"; fi
+grep -q "a calibration alone" "$dir/refused.log" || fail "no reason for the refusal: $(cat "$dir/refused.log")"
+echo "ok: calibrated, provenance recorded, the calibration run refitted and labelled fitted"
