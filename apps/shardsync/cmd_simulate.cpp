@@ -159,6 +159,10 @@ nlohmann::json fewer_bytes(const ResolvedSetup& s, const ClusterSpec& cluster, c
   return j;
 }
 
+// A measured run as a "setup" of fitted_on rows: "model trainer -> inference" (calibration and
+// --compare name rows alike, so a compared calibration run reads as fitted).
+std::string setup_row(const ResultFile& m) { return m.model + " " + m.trainer + " -> " + m.inference; }
+
 // The run's result file next to the cluster file: calibrated.json -> calibrated.run.json.
 std::string calibration_run_path(const std::string& out) {
   const std::string stem = out.size() > 5 && out.ends_with(".json") ? out.substr(0, out.size() - 5) : out;
@@ -190,7 +194,7 @@ int run_calibrate(const SimulateOptions& o, int argc, char** argv) {
   ResolvedSetup s = resolve_setup(o.setup);
   std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
   CalibrationRun run;
-  run.setup = m.model + " " + m.trainer + " -> " + m.inference;
+  run.setup = setup_row(m);
   run.ranks = m.ranks;
   run.link_gbps = m.link_gbps;
   run.copy_gbps = m.copy_gbps;
@@ -254,18 +258,19 @@ void run_simulate(const SimulateOptions& o) {
     cmp.add_title("predicted (cluster " + cluster.name + ", profile " + profile_name(cluster.profile) + ") vs measured (" +
                   o.compare + "), bytes " + bytes.describe() +
                   "; basis: fitted = a cost of the cluster file was fitted on this setup and engine (not a test)");
-    const std::string setup_row = m.model + " " + m.trainer + " -> " + m.inference;
+    const std::string row = setup_row(m);
     for (size_t i = 0; i < rs.size(); ++i) {
       double measured = m.engines[i].time_avg_s;
       double err = 100.0 * (rs[i].total_s - measured) / measured;
       const nlohmann::json& sm = m.engines[i].summary;
       const double moved = sm.contains("bytes_moved") && sm["bytes_moved"].is_number() ? sm["bytes_moved"].get<double>() : 0;
       const double moved_err = moved > 0 ? 100.0 * (double(rs[i].bytes_moved) - moved) / moved : 0;
+      const std::string basis = basis_of(cluster, row + " " + rs[i].engine);
       cmp.add_row({rs[i].engine, fmt_fixed(rs[i].total_s, 4), fmt_fixed(measured, 4), fmt_fixed(err, 1),
                    fmt_fixed(double(rs[i].bytes_moved) / 1e6, 3), moved > 0 ? fmt_fixed(moved / 1e6, 3) : "-",
-                   moved > 0 ? fmt_fixed(moved_err, 1) : "-", basis_of(cluster, setup_row + " " + rs[i].engine)});
+                   moved > 0 ? fmt_fixed(moved_err, 1) : "-", basis});
       nlohmann::json x = to_json(rs[i]);
-      x["basis"] = basis_of(cluster, setup_row + " " + rs[i].engine);
+      x["basis"] = basis;
       x["measured_s"] = measured;
       x["error_pct"] = err;
       if (moved > 0) {

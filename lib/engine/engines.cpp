@@ -405,6 +405,21 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   return st;
 }
 
+namespace {
+
+// A barrier whose waiters sleep between tests, so the ranks still measuring have the cores.
+void barrier_without_spinning(MPI_Comm comm) {
+  MPI_Request barrier;
+  MPI_CHECK(MPI_Ibarrier(comm, &barrier));
+  IdleBackoff backoff;
+  for (int flag = 0; !flag;) {
+    MPI_CHECK(MPI_Test(&barrier, &flag, MPI_STATUS_IGNORE));
+    if (!flag) backoff.pause();
+  }
+}
+
+}  // namespace
+
 double Engines::measure_copy(int iters) {
   Impl& m = *impl_;
   double gbps = 0;
@@ -423,13 +438,7 @@ double Engines::measure_copy(int iters) {
       gbps = std::max(gbps, 2.0 * double(bytes) * iters / (now_s() - t0) / 1e9);
     }
   }
-  MPI_Request barrier;
-  MPI_CHECK(MPI_Ibarrier(m.world.comm, &barrier));
-  IdleBackoff backoff;
-  for (int flag = 0; !flag;) {
-    MPI_CHECK(MPI_Test(&barrier, &flag, MPI_STATUS_IGNORE));
-    if (!flag) backoff.pause();
-  }
+  barrier_without_spinning(m.world.comm);
   return gbps;
 }
 
@@ -464,13 +473,7 @@ double Engines::measure_link(int iters) {
     }
   }
   // Everyone else waits without spinning, so the two measuring ranks have the cores.
-  MPI_Request barrier;
-  MPI_CHECK(MPI_Ibarrier(m.world.comm, &barrier));
-  IdleBackoff backoff;
-  for (int flag = 0; !flag;) {
-    MPI_CHECK(MPI_Test(&barrier, &flag, MPI_STATUS_IGNORE));
-    if (!flag) backoff.pause();
-  }
+  barrier_without_spinning(m.world.comm);
   return m.world.rank == 0 ? gbps : 0;
 }
 

@@ -1,20 +1,9 @@
 #include "sim/calibrate.hpp"
 
-#include <cstdio>
-
 #include "common/error.hpp"
+#include "common/table.hpp"  // fmt_fixed
 
 namespace shardsync {
-
-namespace {
-
-std::string fixed(double x, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, x);
-  return b;
-}
-
-}  // namespace
 
 ClusterSpec calibrate_cluster(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
                               const std::vector<RankPlan>& plans, const CalibrationRun& run) {
@@ -39,11 +28,11 @@ ClusterSpec calibrate_cluster(const ModelSpec& model, const TrainerPlacement& tr
   c.collective_launch_us = 0;
   c.group_us = 0;
   c.sources["nvlink_gbps"] = "measured: the pull path, inference rank 0 reading trainer rank 0 (--measure-link), " +
-                             fixed(run.link_gbps, 2) + " GB/s" +
+                             fmt_fixed(run.link_gbps, 2) + " GB/s" +
                              (run.shared_device ? "; every copy inside the host shares it (shared_node_bandwidth)" : "");
   c.sources["nic_gbps"] = "unused: one host (set to the measured link)";
   c.sources["hbm_gbps"] = "measured: a 256 MiB device copy on trainer rank 0, read + written (--measure-copy), " +
-                          fixed(run.copy_gbps, 2) + " GB/s";
+                          fmt_fixed(run.copy_gbps, 2) + " GB/s";
   c.sources["latencies, collective_launch_us, group_us"] = "0: a calibration fits one term per engine, the per-tensor cost, "
                                                            "which takes in every fixed cost";
   c.provenance = run.provenance;
@@ -70,8 +59,8 @@ ClusterSpec calibrate_cluster(const ModelSpec& model, const TrainerPlacement& tr
     c.tensor_us[engine] = us;
     c.fitted_on["tensor_us." + engine] = {run.setup + " " + engine};
     c.sources["tensor_us." + engine] =
-        "fitted: " + engine + " took " + fixed(measured, 4) + " s a sync on " + run.setup + " (" +
-        std::to_string(model.params().size()) + " tensors); the bandwidth terms alone give " + fixed(floor_s, 4) + " s" +
+        "fitted: " + engine + " took " + fmt_fixed(measured, 4) + " s a sync on " + run.setup + " (" +
+        std::to_string(model.params().size()) + " tensors); the bandwidth terms alone give " + fmt_fixed(floor_s, 4) + " s" +
         (floor_s >= measured ? ", already more than measured: 0" : "");
   }
   return c;

@@ -154,6 +154,16 @@ double Simulator::all_pulls_bound(const std::vector<std::vector<Flow>>& f) const
   return phase_time(all, &nvlink, &ib);
 }
 
+void Simulator::combine_stages(SimResult& r, const std::vector<std::vector<Flow>>& f) const {
+  r.total_s = 0;
+  for (double t : r.stage_s) r.total_s = r.stages_overlap ? std::max(r.total_s, t) : r.total_s + t;
+  // Stages at once share the receivers' links: never faster than every pull in one phase.
+  if (r.stages_overlap) {
+    r.pulls_together_s = all_pulls_bound(f);
+    r.total_s = std::max(r.total_s, r.pulls_together_s);
+  }
+}
+
 bool Simulator::stages_overlap(const EngineSpec& engine) const {
   return cluster_.profile == CostProfile::kShardsync && stages_concurrent(engine);
 }
@@ -378,34 +388,35 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
     // each stage's ranks serving their own tensors. Pulls overlap the iterator where the
     // schedule says so (the published stack); otherwise each tensor is gathered, pulled and
     // released before the next.
-    std::vector<int32_t> all_tensors(static_cast<size_t>(num_tensors));
-    for (int32_t t = 0; t < int32_t(num_tensors); ++t) all_tensors[size_t(t)] = t;
-    std::map<int, double> stage_t;
-    std::map<int, std::vector<int32_t>> stage_tensors;
-    for (int32_t t = 0; t < int32_t(num_tensors); ++t) stage_tensors[trainer_.stage_of_param(model_.param(t))].push_back(t);
+    // A tensor's gather: over every trainer rank (V1) or within the owning stage's TP group (V2).
+    auto iterator_gather = [&](int32_t t) {
+      return policy == SourcePolicy::kEverywhere
+                 ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
+                 : tp_gather(t);
+    };
     if (r.pulls_overlap_iterator) {
+      std::vector<int32_t> every;
       std::vector<Flow> all;
-      r.detect_s = detect_time(f, all_tensors);
-      r.overhead_s += r.detect_s;
       for (int32_t t = 0; t < int32_t(num_tensors); ++t) {
+        every.push_back(t);
         r.overhead_s += per_tensor;
-        r.gather_s += policy == SourcePolicy::kEverywhere
-                          ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
-                          : tp_gather(t);
+        r.gather_s += iterator_gather(t);
         all.insert(all.end(), f[size_t(t)].begin(), f[size_t(t)].end());
       }
+      r.detect_s = detect_time(f, every);
+      r.overhead_s += r.detect_s;
       r.transfer_s = phase_time(all, &r.bytes_nvlink, &r.bytes_ib);
       r.total_s = std::max(r.overhead_s + r.gather_s, r.transfer_s);
       r.stage_s = {r.total_s};
     } else {
+      std::map<int, std::vector<int32_t>> stage_tensors;
+      for (int32_t t = 0; t < int32_t(num_tensors); ++t) stage_tensors[trainer_.stage_of_param(model_.param(t))].push_back(t);
       for (auto& [stage, tensors] : stage_tensors) {
         const double detect = detect_time(f, tensors);
         r.detect_s += detect;
         double t_stage = detect;
         for (int32_t t : tensors) {
-          const double gather = policy == SourcePolicy::kEverywhere
-                                     ? allgather_time(all_trainers, model_.param(t).bytes(), &r.bytes_nvlink, &r.bytes_ib)
-                                     : tp_gather(t);
+          const double gather = iterator_gather(t);
           const double pull = phase_time(f[size_t(t)], &r.bytes_nvlink, &r.bytes_ib);
           r.gather_s += gather;
           r.transfer_s += pull;
@@ -414,11 +425,7 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
         r.overhead_s += detect + per_tensor * double(tensors.size());
         r.stage_s.push_back(t_stage);
       }
-      for (double t : r.stage_s) r.total_s = r.stages_overlap ? std::max(r.total_s, t) : r.total_s + t;
-      if (r.stages_overlap) {
-        r.pulls_together_s = all_pulls_bound(f);
-        r.total_s = std::max(r.total_s, r.pulls_together_s);
-      }
+      combine_stages(r, f);
     }
     r.trainer_peak_bytes = shard_peak + largest_tensor;
     r.inference_peak_bytes = live_peak + largest_tensor;
@@ -433,7 +440,6 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
       if (groups[size_t(g)].num_params == 0) continue;
       by_stage[trainer_.stage_of_param(model_.param(groups[size_t(g)].first_param))].push_back(g);
     }
-    double total = 0;
     int64_t largest_group = 0;
     for (auto& [stage, gs] : by_stage) {
       double stage_t = 0, prev_gather = 0;
@@ -469,11 +475,8 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
       r.process_s += process;
       stage_t += process;
       r.stage_s.push_back(stage_t);
-      total = r.stages_overlap ? std::max(total, stage_t) : total + stage_t;
     }
-    // Stages at once share the receivers' links: never faster than every pull in one phase.
-    if (r.stages_overlap) r.pulls_together_s = all_pulls_bound(f);
-    r.total_s = std::max(total, r.pulls_together_s);
+    combine_stages(r, f);
     r.trainer_peak_bytes =
         shard_peak + (policy == SourcePolicy::kDirect ? 0 : 2 * largest_group / std::max(1, trainer_.tp() * trainer_.dp()));
     r.inference_peak_bytes = live_peak + 2 * largest_group / std::max(1, inference_.layout().ranks_per_replica());

@@ -107,6 +107,9 @@ class Simulator {
   // Every pull of a sync as one phase: the bound on stages served at once, whose pulls share
   // the inference ranks' links.
   double all_pulls_bound(const std::vector<std::vector<Flow>>& f) const;
+  // total_s from stage_s: the slowest stage, bounded by all_pulls_bound, where the stages
+  // overlap; their sum where they go one after another.
+  void combine_stages(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
