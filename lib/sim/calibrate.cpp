@@ -18,7 +18,9 @@ ClusterSpec calibrate_cluster(const ModelSpec& model, const TrainerPlacement& tr
                   (run.shared_device ? ", sharing one device" : "") +
                   "): bandwidths from its microbenchmarks, one per-tensor cost per engine fitted to its time. "
                   "A prediction of another model or layout on this host is out of sample; of this run, a fit.";
-  c.gpus_per_node = std::max(1, run.ranks);
+  // One host: every rank of any run predicted with this file is on it (however many ranks the
+  // calibration itself had), so the model never sends a copy of this host through a "NIC".
+  c.gpus_per_node = 1024;
   c.separate_nodes = false;
   c.shared_node_bandwidth = run.shared_device;
   c.nvlink_gbps = run.link_gbps;
@@ -31,6 +33,7 @@ ClusterSpec calibrate_cluster(const ModelSpec& model, const TrainerPlacement& tr
                              fmt_fixed(run.link_gbps, 2) + " GB/s" +
                              (run.shared_device ? "; every copy inside the host shares it (shared_node_bandwidth)" : "");
   c.sources["nic_gbps"] = "unused: one host (set to the measured link)";
+  c.sources["gpus_per_node"] = "one host: 1024 (the most a cluster file allows), so every rank of a run here is on it";
   c.sources["hbm_gbps"] = "measured: a 256 MiB device copy on trainer rank 0, read + written (--measure-copy), " +
                           fmt_fixed(run.copy_gbps, 2) + " GB/s";
   c.sources["latencies, collective_launch_us, group_us"] = "0: a calibration fits one term per engine, the per-tensor cost, "
