@@ -1,6 +1,6 @@
 set terminal pngcairo size 1000,520 font ",10"
 set output 'results/sim/headline/kimi-k2-published.png'
-set title "kimi-k2-published: shardsync predicted (costs: h200x2-nvlink) vs published"
+set title "kimi-k2-published: shardsync predicted (costs: results/sim/h200/h200-qwen3-8b.json) vs published"
 set style data histograms
 set style fill solid 0.8 border -1
 set boxwidth 0.7
