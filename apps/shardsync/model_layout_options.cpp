@@ -25,8 +25,9 @@ void add_layout_options(CLI::App* app, ModelLayoutOptions* opts) {
                   "Bundled layout name or path to a layout JSON (model, trainer, inference); "
                   "explicit flags override it. Bundled: " + bundled_names_list("layouts"));
   app->add_option("--trainer,-t", opts->trainer,
-                  "Megatron trainer layout, e.g. tp4,pp2,ep8,etp1 (dp is derived when omitted; "
-                  "layers=a/b/.. gives an uneven PP split)");
+                  "Trainer layout: Megatron, e.g. tp4,pp2,ep8,etp1 (dp is derived when omitted; "
+                  "layers=a/b/.. gives an uneven PP split), or FSDP2, e.g. fsdp8 (every parameter chunked on "
+                  "dim 0 over 8 ranks, fused experts whole per rank; dp<N>: HSDP replicas)");
   app->add_option("--inference,-i", opts->inference,
                   "vLLM inference layout per replica, e.g. dp16,ep16 or tp32,ep32 or tp2 "
                   "(ep<N> enables expert parallelism with N = dp*tp)");

@@ -64,15 +64,16 @@ TrainerLayout parse_trainer_spec(const std::string& spec, const std::string& sou
     int64_t v = 0;
     if (!key_value(tok, &k, &v) || v < 1)
       throw InputError(source, "'" + tok + "'",
-                       "expected tokens like tp4,pp2,ep8,etp1,dp2,layers=a/b (each size >= 1)");
+                       "expected tokens like tp4,pp2,ep8,etp1,dp2,layers=a/b or fsdp8,dp2 (each size >= 1)");
     if (k == "tp") l.tp = int(v);
     else if (k == "pp") l.pp = int(v);
     else if (k == "ep") l.ep = int(v);
     else if (k == "etp") l.etp = int(v);
     else if (k == "dp") l.dp = int(v);
+    else if (k == "fsdp") l.fsdp = int(v);
     else
       throw InputError(source, "'" + tok + "'", "unknown trainer dimension '" + k +
-                                                    "' (expected tp, pp, ep, etp, dp, layers=)");
+                                                    "' (expected tp, pp, ep, etp, dp, fsdp, layers=)");
   }
   return l;
 }
@@ -123,6 +124,7 @@ LayoutFile parse_layout_json(const std::string& text, const std::string& source,
   f.trainer.ep = int(t.get_int_or("ep", 1, 1));
   f.trainer.etp = int(t.get_int_or("etp", 0, 1));
   f.trainer.dp = int(t.get_int_or("dp", 0, 1));
+  f.trainer.fsdp = int(t.get_int_or("fsdp", 0, 1));
   f.trainer.pp_layers = t.get_int_list_or("layers", {});
   JsonFields i = top.get_object("inference");
   f.inference.source = source + " (inference)";

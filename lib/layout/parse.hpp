@@ -9,7 +9,7 @@
 
 namespace shardsync {
 
-// "tp4,pp2,ep8,etp1[,dp2][,layers=24/24/23/23]"
+// "tp4,pp2,ep8,etp1[,dp2][,layers=24/24/23/23]", or FSDP2: "fsdp8[,dp2][,pp2]"
 TrainerLayout parse_trainer_spec(const std::string& spec, const std::string& source = "--trainer");
 // "dp16,ep16" / "tp32,ep32" / "tp2,dp2" [,pp2][,replicas4]; ep<N> enables expert parallelism
 // and N must equal dp*tp. replicas is 0 when the spec does not give it.

@@ -19,6 +19,7 @@ Box Box::full(const std::vector<int64_t>& shape) {
 
 int TrainerLayout::resolved_dp() const {
   if (dp > 0) return dp;
+  if (fsdp > 0) return 1;  // one shard group; dp gives HSDP replicas
   int need = resolved_etp() * ep;
   for (int d = 1; d <= need; ++d)
     if ((tp * d) % need == 0) return d;
@@ -26,8 +27,9 @@ int TrainerLayout::resolved_dp() const {
 }
 
 std::string TrainerLayout::describe() const {
-  std::string s = "tp" + std::to_string(tp) + ",pp" + std::to_string(pp) + ",ep" + std::to_string(ep) +
-                  ",etp" + std::to_string(resolved_etp()) + ",dp" + std::to_string(resolved_dp());
+  std::string s = fsdp > 0 ? "fsdp" + std::to_string(fsdp) + ",pp" + std::to_string(pp) + ",dp" + std::to_string(resolved_dp())
+                           : "tp" + std::to_string(tp) + ",pp" + std::to_string(pp) + ",ep" + std::to_string(ep) +
+                                 ",etp" + std::to_string(resolved_etp()) + ",dp" + std::to_string(resolved_dp());
   if (!pp_layers.empty()) {
     s += ",layers=";
     for (size_t i = 0; i < pp_layers.size(); ++i) s += (i ? "/" : "") + std::to_string(pp_layers[i]);
@@ -39,11 +41,12 @@ namespace {
 
 // Splitting rule of a tensor across the dense TP group or the ETP group.
 struct SplitRule {
-  enum Kind { kReplicated, kEven, kVocab } kind = kReplicated;
+  enum Kind { kReplicated, kEven, kVocab, kChunk } kind = kReplicated;
   int dim = 0;
 };
 
-SplitRule dense_rule(const ParamMeta& p) {
+SplitRule dense_rule(const ParamMeta& p, bool fsdp) {
+  if (fsdp) return {SplitRule::kChunk, 0};  // FSDP2's Shard(0) of every parameter
   switch (p.kind) {
     case TensorKind::kEmbedding:
     case TensorKind::kLmHead:
@@ -112,6 +115,12 @@ void TrainerPlacement::validate() {
   const ModelConfig& c = model_->config();
   for (auto [name, v] : {std::pair{"tp", l.tp}, {"pp", l.pp}, {"ep", l.ep}})
     if (v < 1) throw InputError(l.source, name, "expected an integer >= 1, got " + std::to_string(v));
+  if (l.fsdp > 0) {
+    validate_fsdp();
+    return;
+  }
+  tp_ = l.tp;
+  ep_ = l.ep;
   etp_ = l.resolved_etp();
   dp_ = l.resolved_dp();
   world_ = l.tp * dp_ * l.pp;
@@ -139,6 +148,33 @@ void TrainerPlacement::validate() {
     if (c.moe_intermediate % etp_) fail_divide(l, "moe_intermediate_size", c.moe_intermediate, "etp", etp_, *model_);
     if (c.shared_intermediate % t) fail_divide(l, "shared expert intermediate size", c.shared_intermediate, "tp", t, *model_);
   }
+}
+
+// FSDP2: the shard group splits every dense parameter by chunks (no divisibility asked) and
+// holds the fused experts by whole experts, so E must divide evenly; Megatron's TP, ETP and an
+// EP other than the group's own are not combined with it.
+void TrainerPlacement::validate_fsdp() {
+  const TrainerLayout& l = layout_;
+  const ModelConfig& c = model_->config();
+  const std::string group = std::to_string(l.fsdp);
+  if (l.tp != 1)
+    throw InputError(l.source, "tp=" + std::to_string(l.tp),
+                     "FSDP (fsdp" + group + ") with Megatron tensor parallelism is not modelled; give fsdp or tp, not both");
+  if (l.etp > 0)
+    throw InputError(l.source, "etp=" + std::to_string(l.etp), "under fsdp" + group + " experts are whole on their owner; drop etp");
+  if (l.ep != 1 && l.ep != l.fsdp)
+    throw InputError(l.source, "ep=" + std::to_string(l.ep),
+                     "under fsdp" + group + " the fused experts are sharded over the same group: ep is " + group +
+                         " (it need not be given)");
+  tp_ = l.fsdp;
+  ep_ = c.is_moe() ? l.fsdp : 1;
+  etp_ = 1;
+  dp_ = l.resolved_dp();
+  world_ = tp_ * dp_ * l.pp;
+  edp_ = dp_ * (tp_ / ep_);
+  if (c.is_moe() && c.num_experts % l.fsdp)
+    fail_divide(l, "num_experts (FSDP shards the fused experts on dim 0 by whole experts)", c.num_experts, "fsdp",
+                l.fsdp, *model_);
 }
 
 void TrainerPlacement::split_layers() {
@@ -208,7 +244,7 @@ std::vector<TrainerPlacement::Piece> TrainerPlacement::pieces(int32_t param_idx)
     };
     if (p.kind == TensorKind::kFusedExpertsGateUp || p.kind == TensorKind::kFusedExpertsDown) {
       int per = experts_per_ep_rank();
-      for (int e = 0; e < layout_.ep; ++e) add_owner(e, slice_box(p, 0, int64_t(e) * per, per));
+      for (int e = 0; e < ep_; ++e) add_owner(e, slice_box(p, 0, int64_t(e) * per, per));
     } else {
       add_owner(ep_owner_of_expert(p.expert), Box::full(p.shape));
     }
@@ -218,8 +254,8 @@ std::vector<TrainerPlacement::Piece> TrainerPlacement::pieces(int32_t param_idx)
   std::vector<int> stages{stage};
   if (p.kind == TensorKind::kEmbedding && model_->config().tie_embeddings && layout_.pp > 1)
     stages.push_back(layout_.pp - 1);
-  SplitRule rule = dense_rule(p);
-  int T = layout_.tp;
+  SplitRule rule = dense_rule(p, fsdp());
+  int T = tp_;
   if (rule.kind == SplitRule::kReplicated) {
     Piece piece{Box::full(p.shape), {}};
     for (int s : stages)
@@ -232,7 +268,11 @@ std::vector<TrainerPlacement::Piece> TrainerPlacement::pieces(int32_t param_idx)
   int64_t rows = p.shape[size_t(rule.dim)];
   for (int t = 0; t < T; ++t) {
     int64_t start, len;
-    if (rule.kind == SplitRule::kVocab) {
+    if (rule.kind == SplitRule::kChunk) {  // torch.chunk: ceil-sized, the last ones short or empty
+      const int64_t chunk = (rows + T - 1) / T;
+      start = std::min(rows, t * chunk);
+      len = std::min(rows, start + chunk) - start;
+    } else if (rule.kind == SplitRule::kVocab) {
       int64_t mult = int64_t(128) * T;  // make_vocab_size_divisible_by * tp
       int64_t padded = (rows + mult - 1) / mult * mult;
       start = t * (padded / T);
@@ -241,7 +281,9 @@ std::vector<TrainerPlacement::Piece> TrainerPlacement::pieces(int32_t param_idx)
       len = rows / T;
       start = t * len;
     }
-    if (len == 0) continue;
+    // An empty vocab slice is no holding; an empty FSDP chunk is (the rank's local shard is empty,
+    // and it takes part in the group's all-gather like every other member).
+    if (len == 0 && rule.kind != SplitRule::kChunk) continue;
     Piece piece{slice_box(p, rule.dim, start, len), {}};
     for (int s : stages)
       for (int d = 0; d < dp_; ++d) piece.ranks.push_back(dense_rank(t, d, s));

@@ -53,7 +53,9 @@ TEST(TrainerLayout, PiecesCoverEveryTensorExactlyOnce) {
                              {"tiny-llama", "tp2,pp3"}, {"tiny-qwen2", "tp2,pp2"}, {"tiny-mistral", "tp4,pp3"},
                              {"tiny-mixtral", "tp2,ep4,etp1"}, {"tiny-mixtral", "tp4,ep2,etp2"},
                              {"tiny-deepseek-v2", "tp2,pp3,ep2,etp1"}, {"tiny-glm4-moe", "tp2,pp3,ep4,etp1"},
-                             {"tiny-gpt-oss", "tp2,pp3,ep4,etp1"}, {"tiny-gpt-oss", "tp4,ep2,etp2"}}) {
+                             {"tiny-gpt-oss", "tp2,pp3,ep4,etp1"}, {"tiny-gpt-oss", "tp4,ep2,etp2"},
+                             {"tiny-qwen3-moe", "fsdp4,pp2,dp2"}, {"tiny-qwen3", "fsdp5"}, {"tiny-qwen3", "fsdp7,pp2"},
+                             {"tiny-gpt-oss", "fsdp2,dp2"}, {"tiny-kimi", "fsdp8"}, {"tiny-llama4", "fsdp4"}}) {
     ModelSpec m = load_model(model);
     TrainerPlacement t(m, parse_trainer_spec(spec));
     for (int32_t i = 0; i < int32_t(m.params().size()); ++i) {
@@ -96,6 +98,65 @@ void expect_layout_error(const char* model, const char* spec, const std::string&
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--trainer"), std::string::npos) << e.what();
   }
+}
+
+// FSDP2 as vLLM's FSDP examples train (torch fully_shard over the shard group): every dense
+// parameter chunked on dim 0 with torch.chunk's ceil-sized chunks; Transformers' fused experts
+// [E, ...] sharded on dim 0, so per-expert checkpoint tensors are whole on one rank.
+TEST(TrainerLayout, FsdpChunksEveryParameterOnDim0) {
+  ModelSpec m = load_model("qwen3-235b-a22b");
+  TrainerPlacement t(m, parse_trainer_spec("fsdp8"));
+  EXPECT_EQ(t.world_size(), 8);
+  EXPECT_EQ(t.layout().describe(), "fsdp8,pp1,dp1");
+  EXPECT_EQ(t.ep(), 8);
+  EXPECT_EQ(t.etp(), 1);
+  // q_proj [8192, 4096]: 1024 rows a rank; rank 3 holds rows 3072..4095.
+  auto q = t.pieces(m.find("model.layers.0.self_attn.q_proj.weight"));
+  ASSERT_EQ(q.size(), 8u);
+  EXPECT_EQ(q[3].box.start, (std::vector<int64_t>{3072, 0}));
+  EXPECT_EQ(q[3].box.length, (std::vector<int64_t>{1024, 4096}));
+  EXPECT_EQ(q[3].ranks, (std::vector<int>{3}));
+  // o_proj [4096, 8192] is chunked on dim 0 too (FSDP knows no row/column parallelism).
+  auto o = t.pieces(m.find("model.layers.5.self_attn.o_proj.weight"));
+  EXPECT_EQ(o[1].box.start, (std::vector<int64_t>{512, 0}));
+  EXPECT_EQ(o[1].box.length, (std::vector<int64_t>{512, 8192}));
+  // Norms are chunked, not replicated: q_norm [128] in 16s.
+  auto qn = t.pieces(m.find("model.layers.7.self_attn.q_norm.weight"));
+  ASSERT_EQ(qn.size(), 8u);
+  EXPECT_EQ(qn[7].box.start[0], 112);
+  EXPECT_EQ(qn[7].box.length[0], 16);
+  // The embedding, 151936 rows: 18992 a rank, no vocab padding.
+  auto emb = t.pieces(m.find("model.embed_tokens.weight"));
+  EXPECT_EQ(emb[7].box.start[0], 7 * 18992);
+  EXPECT_EQ(emb[7].box.length[0], 18992);
+  // 128 experts over 8 ranks: expert 37 is whole on rank 2 (experts 32..47).
+  auto e = t.pieces(m.find("model.layers.93.mlp.experts.37.down_proj.weight"));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].ranks, (std::vector<int>{2}));
+  EXPECT_EQ(e[0].box, Box::full({4096, 1536}));
+
+  // torch.chunk(16 rows, 7): chunks of 3, the sixth of 1, the seventh empty (still a holding:
+  // the rank takes part in the group's all-gather). HSDP: dp2 replicates the group.
+  ModelSpec tiny = load_model("tiny-qwen3");
+  TrainerPlacement h(tiny, parse_trainer_spec("fsdp7,dp2"));
+  EXPECT_EQ(h.world_size(), 14);
+  const int32_t kn = tiny.find("model.layers.0.self_attn.k_norm.weight");
+  ASSERT_EQ(tiny.param(kn).shape, (std::vector<int64_t>{16}));
+  auto k = h.pieces(kn);
+  ASSERT_EQ(k.size(), 7u);
+  EXPECT_EQ(k[5].box.start[0], 15);
+  EXPECT_EQ(k[5].box.length[0], 1);
+  EXPECT_EQ(k[6].box.length[0], 0);
+  EXPECT_EQ(k[6].ranks, (std::vector<int>{6, 13}));
+}
+
+TEST(TrainerLayout, FsdpRefusesWhatItDoesNotModel) {
+  expect_layout_error("qwen3-235b-a22b", "fsdp8,tp2", "with Megatron tensor parallelism is not modelled");
+  expect_layout_error("qwen3-235b-a22b", "fsdp8,etp1", "drop etp");
+  expect_layout_error("qwen3-235b-a22b", "fsdp8,ep4", "ep is 8");
+  expect_layout_error("qwen3-235b-a22b", "fsdp3", "num_experts");
+  EXPECT_EQ(TrainerPlacement(load_model("qwen3-235b-a22b"), parse_trainer_spec("fsdp8,ep8")).ep(), 8);
+  EXPECT_EQ(TrainerPlacement(load_model("qwen3-8b"), parse_trainer_spec("fsdp8")).ep(), 1);
 }
 
 TEST(TrainerLayout, NonDividingLayoutsSayWhich) {
