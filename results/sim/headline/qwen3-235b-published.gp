@@ -7,7 +7,8 @@ set boxwidth 0.7
 set ylabel "sync time, s"
 set xtics rotate by -30 left
 set bmargin 9
-set rmargin 14
+set rmargin 22
+set yrange [0:*]
 set grid ytics
 set key off
 plot 'results/sim/headline/qwen3-235b-published.dat' using 2:xtic(1) lc rgb "#4477aa"
