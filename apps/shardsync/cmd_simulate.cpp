@@ -33,6 +33,10 @@ struct SimulateOptions {
   bool fewer_bytes = false;  // every pull engine full, deduped, delta, and both
   // --calibrate FILE: under mpirun, run the engines on the setup and write a cluster file.
   std::string calibrate;
+  // --fit FILE: the same cluster file from measured runs alone (--fit-with, no mpirun); with
+  // --calibrate, --fit-with adds runs to the calibration's own.
+  std::string fit;
+  std::vector<std::string> fit_with;
   std::string memory = "host", transport = "auto", link = "shared";
   int syncs = 3, warmup = 1, measure_iters = 20;
   int64_t send_buffer = 0, recv_buffer = 0, chunk = 0;  // 0: the engines' defaults
@@ -67,7 +71,8 @@ nlohmann::json to_json(const SimResult& r) {
           {"sol_pp_serial_s", r.sol_pp_serial_s}, {"tensors", r.tensors}, {"groups", r.groups}, {"pulls", r.pulls},
           {"bytes_full", r.bytes_full}, {"bytes_in_node", r.bytes_in_node}, {"node_ingress_max", r.node_ingress_max},
           {"detect_s", r.detect_s}, {"stage_s", r.stage_s}, {"stages_overlap", r.stages_overlap},
-          {"pulls_overlap_iterator", r.pulls_overlap_iterator}, {"tensor_us", r.tensor_us}};
+          {"pulls_overlap_iterator", r.pulls_overlap_iterator}, {"tensor_us", r.tensor_us},
+          {"byte_ps", r.byte_ps}};
 }
 
 // "fitted (terms)" where a cost of the cluster file was fitted on `row` ("setup engine"), else "predicted".
@@ -175,8 +180,127 @@ std::string calibration_run_path(const std::string& out) {
   return stem + ".run.json";
 }
 
+// A measured run's setup as --compare and --fit read it: its model, layouts, replicas and target.
+ResolvedSetup setup_of_run(const ResultFile& m, const std::string& path) {
+  if (m.trainer.empty() || m.inference.empty())
+    throw InputError(path, "config.trainer/config.inference", "expected the run's layouts");
+  ModelLayoutOptions lo;
+  lo.model = m.model;
+  lo.trainer = m.trainer;
+  lo.inference = m.inference.substr(0, m.inference.find(' '));
+  lo.replicas = m.replicas;
+  lo.quant = m.quant;
+  return resolve_setup(lo);
+}
+
+// As the run sent its bytes: bf16 or FP8 on the wire, whole chunks or delta records under its
+// update model (its timed syncs between anchors: the model is of a delta sync).
+SimBytes bytes_of_run(const ResultFile& m) {
+  SimBytes bytes;
+  bytes.fp8_wire = m.wire == "fp8";
+  bytes.delta = m.delta;
+  bytes.updates = UpdateModel{m.update_density, m.update_rows};
+  return bytes;
+}
+
+// The runs a calibration fits on, each resolved (its setup and recorded plans kept alive).
+struct FitRuns {
+  struct One {
+    std::string path;
+    ResultFile m;
+    ResolvedSetup s;
+    std::vector<RankPlan> plans;
+  };
+  std::vector<std::unique_ptr<One>> runs;
+
+  void add(const std::string& path) {
+    auto one = std::make_unique<One>();
+    one->path = path;
+    one->m = read_result_file(path);
+    one->s = setup_of_run(one->m, path);
+    one->plans = record_plans(*one->s.model, *one->s.inference);
+    if (!runs.empty() && one->m.host != runs.front()->m.host)
+      throw InputError(path, "host", "a fit's runs come from one host: " + runs.front()->path + " ran on \"" +
+                                         runs.front()->m.host + "\", this one on \"" + one->m.host + "\"");
+    runs.push_back(std::move(one));
+  }
+
+  // The first run gives the bandwidths (its --measure-link and --measure-copy).
+  CalibrationRun calibration(bool shared_device, const std::string& command) const {
+    const One& first = *runs.front();
+    if (!(first.m.link_gbps > 0))
+      throw InputError(first.path, "link_gbps", "the pull path's bandwidth: run bench with --measure-link (simulate "
+                                                "--calibrate does), or give such a run first");
+    if (!(first.m.copy_gbps > 0))
+      throw InputError(first.path, "copy_gbps", "the device copy's bandwidth: run bench with --measure-copy (simulate "
+                                                "--calibrate does), or give such a run first");
+    CalibrationRun run;
+    run.link_gbps = first.m.link_gbps;
+    run.copy_gbps = first.m.copy_gbps;
+    run.shared_device = shared_device;
+    std::string setups, paths;
+    for (const auto& r : runs) {
+      CalibrationSetup cs;
+      cs.setup = setup_row(r->m);
+      cs.model = r->s.model.get();
+      cs.trainer = r->s.trainer.get();
+      cs.inference = r->s.inference.get();
+      cs.plans = &r->plans;
+      cs.bytes = bytes_of_run(r->m);
+      for (const EngineResult& e : r->m.engines) cs.measured_s[e.engine] = e.time_avg_s;
+      run.ranks = std::max(run.ranks, r->m.ranks);
+      setups += (setups.empty() ? "" : "; ") + cs.setup;
+      paths += (paths.empty() ? "" : ", ") + r->path;
+      run.setups.push_back(std::move(cs));
+    }
+    run.provenance = {{"command", command},          {"host", first.m.host},  {"git_sha", first.m.git_sha},
+                      {"date_utc", first.m.date_utc}, {"run", first.path},     {"memory", first.m.memory},
+                      {"ranks", std::to_string(run.ranks)}, {"setup", setups}};
+    if (runs.size() > 1) {
+      run.provenance["runs"] = paths;
+      std::string shas;
+      for (const auto& r : runs) shas += (shas.empty() ? "" : ", ") + r->m.git_sha;
+      run.provenance["runs_git_sha"] = shas;
+    }
+    return run;
+  }
+};
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+// Writes the fitted cluster file and prints each run's measured and refitted times.
+void write_fit(const std::string& out_path, const FitRuns& fr, const CalibrationRun& run) {
+  ClusterSpec c = calibrate_cluster(run);
+  {
+    std::ofstream out(out_path);
+    out << cluster_json(c);
+    if (!out) throw InputError(out_path, "(output)", "cannot write the cluster file");
+  }
+  Table t({{"setup", "", true}, {"engine", "", true}, {"measured", "s"}, {"tensor_us", "us"}, {"byte_ps", "ps"}, {"refit", "s"},
+           {"error", "%"}});
+  t.add_title("calibrated " + out_path + " (profile shardsync) on " + std::to_string(fr.runs.size()) + " run(s), link " +
+              fmt_fixed(run.link_gbps, 2) + " GB/s, copy " + fmt_fixed(run.copy_gbps, 2) + " GB/s" +
+              (run.shared_device ? ", shared by the host's ranks" : "") +
+              (fr.runs.size() > 1 ? "; a per-tensor and a per-byte cost per engine, fitted on every run" : ""));
+  for (size_t i = 0; i < fr.runs.size(); ++i) {
+    const CalibrationSetup& cs = run.setups[i];
+    Simulator sim(*cs.model, *cs.trainer, *cs.inference, *cs.plans, c, cs.bytes);
+    for (const auto& [engine, measured] : cs.measured_s) {
+      const double refit = sim.run(*find_engine(engine)).total_s;
+      t.add_row({cs.setup, engine, fmt_fixed(measured, 4), fmt_fixed(c.tensor_us.at(engine), 2),
+                 fmt_fixed(c.byte_cost_ps(engine), 2), fmt_fixed(refit, 4), fmt_fixed(100.0 * (refit - measured) / measured, 1)});
+    }
+  }
+  t.print(std::cout);
+}
+
 // simulate --calibrate: every rank runs the engines (bench) with the link and copy
-// microbenchmarks; rank 0 then fits the per-tensor costs and writes the cluster file.
+// microbenchmarks; rank 0 then fits the costs on that run (and any --fit-with runs) and writes
+// the cluster file.
 int run_calibrate(const SimulateOptions& o, int argc, char** argv) {
   SyncRunOptions r;
   r.setup = o.setup;
@@ -196,39 +320,28 @@ int run_calibrate(const SimulateOptions& o, int argc, char** argv) {
   int rank = 0;
   const int status = run_syncs(r, argc, argv, &rank);
   if (status != 0 || rank != 0) return status;
-  const ResultFile m = read_result_file(r.json_out);
-  ResolvedSetup s = resolve_setup(o.setup);
-  std::vector<RankPlan> plans = record_plans(*s.model, *s.inference);
-  CalibrationRun run;
-  run.setup = setup_row(m);
-  run.ranks = m.ranks;
-  run.link_gbps = m.link_gbps;
-  run.copy_gbps = m.copy_gbps;
-  run.shared_device = o.link == "shared";
-  for (const EngineResult& e : m.engines) run.measured_s[e.engine] = e.time_avg_s;
-  std::string command;
-  for (const std::string& a : m.argv) command += (command.empty() ? "" : " ") + a;
-  run.provenance = {{"command", command},       {"host", m.host},        {"git_sha", m.git_sha},
-                    {"date_utc", m.date_utc},   {"run", r.json_out},     {"memory", m.memory},
-                    {"ranks", std::to_string(m.ranks)}, {"setup", run.setup}};
-  ClusterSpec c = calibrate_cluster(*s.model, *s.trainer, *s.inference, plans, run);
-  {
-    std::ofstream out(o.calibrate);
-    out << cluster_json(c);
-    if (!out) throw InputError(o.calibrate, "(output)", "cannot write the cluster file");
-  }
-  Table t({{"engine", "", true}, {"measured", "s"}, {"tensor_us", "us"}, {"refit", "s"}});
-  t.add_title("calibrated " + o.calibrate + " (profile shardsync) on " + run.setup + ", link " +
-              fmt_fixed(run.link_gbps, 2) + " GB/s, copy " + fmt_fixed(run.copy_gbps, 2) + " GB/s" +
-              (run.shared_device ? ", shared by the host's ranks" : ""));
-  Simulator sim(*s.model, *s.trainer, *s.inference, plans, c);
-  for (const auto& [engine, measured] : run.measured_s)
-    t.add_row({engine, fmt_fixed(measured, 4), fmt_fixed(c.tensor_us.at(engine), 2),
-               fmt_fixed(sim.run(*find_engine(engine)).total_s, 4)});
-  t.print(std::cout);
+  FitRuns fr;
+  fr.add(r.json_out);
+  for (const std::string& f : o.fit_with) fr.add(f);
+  const CalibrationRun run = fr.calibration(o.link == "shared", joined(fr.runs.front()->m.argv));
+  write_fit(o.calibrate, fr, run);
   std::cout << "# wrote " << o.calibrate << " (and the run, " << r.json_out << "); predict with --cluster "
             << o.calibrate << " (another model or layout on this host: out of sample)\n";
   return 0;
+}
+
+// simulate --fit: the cluster file from runs already measured (no mpirun).
+void run_fit(const SimulateOptions& o, int argc, char** argv) {
+  if (o.fit_with.empty())
+    throw InputError("--fit", o.fit, "measured runs to fit on: --fit-with RUN.json (a bench --json file; the first "
+                                     "with --measure-link and --measure-copy, as simulate --calibrate writes it)");
+  FitRuns fr;
+  for (const std::string& f : o.fit_with) fr.add(f);
+  std::vector<std::string> words(argv, argv + argc);
+  const CalibrationRun run = fr.calibration(o.link == "shared", joined(words));
+  write_fit(o.fit, fr, run);
+  std::cout << "# wrote " << o.fit << "; predict with --cluster " << o.fit
+            << " (another model or layout on this host: out of sample)\n";
 }
 
 void run_simulate(const SimulateOptions& o) {
@@ -240,23 +353,10 @@ void run_simulate(const SimulateOptions& o) {
   if (!o.compare.empty()) {
     // Predict a measured run: same model, layouts and engines as the result file.
     ResultFile m = read_result_file(o.compare);
-    if (m.trainer.empty() || m.inference.empty())
-      throw InputError(o.compare, "config.trainer/config.inference", "expected the run's layouts");
-    ModelLayoutOptions lo;
-    lo.model = m.model;
-    lo.trainer = m.trainer;
-    lo.inference = m.inference.substr(0, m.inference.find(' '));
-    lo.replicas = m.replicas;
-    lo.quant = m.quant;
-    ResolvedSetup s = resolve_setup(lo);
+    ResolvedSetup s = setup_of_run(m, o.compare);
     std::vector<EngineKind> engines;
     for (const EngineResult& e : m.engines) engines.push_back(engine_of(e.engine, o.compare, "engines[].engine"));
-    // As the run sent its bytes: bf16 or FP8 on the wire, whole chunks or delta records under its
-    // update model (its timed syncs between anchors: the model is of a delta sync).
-    SimBytes bytes;
-    bytes.fp8_wire = m.wire == "fp8";
-    bytes.delta = m.delta;
-    bytes.updates = UpdateModel{m.update_density, m.update_rows};
+    const SimBytes bytes = bytes_of_run(m);
     auto rs = simulate(s, cluster, engines, m.bucket_bytes > 0 ? m.bucket_bytes : o.bucket_bytes, bytes);
     print_results(s, cluster, rs, bytes);
     Table cmp({{"engine", "", true}, {"predicted", "s"}, {"measured", "s"}, {"error", "%"}, {"moved_pred", "MB"},
@@ -401,8 +501,17 @@ void setup_simulate_command(CLI::App& app, int argc, char** argv) {
                 "(with --reproduce: for every published setup)");
   sim->add_option("--calibrate", o->calibrate,
                    "Under mpirun: run the engines on the setup (--model/--layout, -t, -i) with the link and copy "
-                   "microbenchmarks, fit one per-tensor cost per engine to the measured times, and write a cluster "
-                   "file (profile shardsync) with its provenance to this path; the run itself goes to PATH.run.json")
+                   "microbenchmarks, fit one per-tensor cost per engine to the measured times (with --fit-with: a "
+                   "per-tensor and a per-byte cost over this run and those), and write a cluster file (profile "
+                   "shardsync) with its provenance to this path; the run itself goes to PATH.run.json")
+      ->group("Calibration");
+  sim->add_option("--fit", o->fit,
+                  "Without mpirun: fit the costs on measured runs (--fit-with, of one host; the first gives the "
+                  "bandwidths) and write the cluster file to this path")
+      ->group("Calibration");
+  sim->add_option("--fit-with", o->fit_with,
+                  "A measured run (bench --json) to fit on, repeatable: two or more runs of other shapes (e.g. a "
+                  "dense and a MoE model) fit a per-tensor and a per-byte cost per engine together")
       ->group("Calibration");
   sim->add_option("--memory", o->memory, "--calibrate: where weights live: host or cuda")
       ->check(CLI::IsMember({"host", "cuda"}))
@@ -431,17 +540,23 @@ void setup_simulate_command(CLI::App& app, int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->group("Calibration");
   sim->add_option("--link", o->link,
-                  "--calibrate: shared (the host's ranks share one device: one GPU, or CPU processes) or per-rank "
+                  "--calibrate, --fit: shared (the host's ranks share one device: one GPU, or CPU processes) or per-rank "
                   "(a device each, e.g. one rank per GPU)")
       ->check(CLI::IsMember({"shared", "per-rank"}))
       ->capture_default_str()
       ->group("Calibration");
   sim->callback([o, argc, argv] {
-    if (!o->calibrate.empty()) {
-      if (o->reproduce || !o->compare.empty() || o->fewer_bytes)
-        throw InputError("--calibrate", o->calibrate, "a calibration alone (not with --reproduce, --compare or --fewer-bytes)");
-      throw SubcommandExit(run_calibrate(*o, argc, argv));
+    if (!o->calibrate.empty() || !o->fit.empty()) {
+      const std::string flag = o->calibrate.empty() ? "--fit" : "--calibrate";
+      const std::string path = o->calibrate.empty() ? o->fit : o->calibrate;
+      if (o->reproduce || !o->compare.empty() || o->fewer_bytes || (!o->calibrate.empty() && !o->fit.empty()))
+        throw InputError(flag, path, "a calibration alone (not with --reproduce, --compare, --fewer-bytes, or both "
+                                     "--calibrate and --fit)");
+      if (!o->calibrate.empty()) throw SubcommandExit(run_calibrate(*o, argc, argv));
+      run_fit(*o, argc, argv);
+      return;
     }
+    if (!o->fit_with.empty()) throw InputError("--fit-with", o->fit_with.front(), "runs to fit on, with --fit or --calibrate");
     run_simulate(*o);
   });
 }

@@ -74,6 +74,14 @@ ClusterSpec parse_cluster_json(const std::string& text, const std::string& sourc
         t.fail(it.key(), "expected an engine row name (" + engine_list() + ")");
       c.tensor_us[it.key()] = get_nonneg(t, it.key(), 0);
     }
+    if (k.has("byte_ps")) {
+      JsonFields b = k.get_object("byte_ps");
+      for (auto it = b.raw().begin(); it != b.raw().end(); ++it) {
+        if (!c.tensor_us.count(it.key()))
+          b.fail(it.key(), "expected an engine row with a per-tensor cost (costs.tensor_us." + it.key() + ")");
+        c.byte_ps[it.key()] = get_nonneg(b, it.key(), 0);
+      }
+    }
   }
   c.separate_nodes = f.get_bool_or("separate_nodes", true);
   c.shared_node_bandwidth = f.get_bool_or("shared_node_bandwidth", false);
@@ -117,11 +125,24 @@ ClusterSpec with_costs_of(const ClusterSpec& hardware, const ClusterSpec& costs)
   c.collective_launch_us = costs.collective_launch_us;
   c.group_us = costs.group_us;
   c.tensor_us = costs.tensor_us;
+  c.byte_ps = costs.byte_ps;
   c.fitted_on = costs.fitted_on;
   c.provenance = costs.provenance;
   for (const auto& [field, text] : costs.sources)
-    if (field.rfind("tensor_us", 0) == 0 || field == "group_us" || field == "collective_launch_us")
+    if (field.rfind("tensor_us", 0) == 0 || field.rfind("byte_ps", 0) == 0 || field == "group_us" ||
+        field == "collective_launch_us")
       c.sources[field] = text + " (from " + costs.source + ")";
+  return c;
+}
+
+ClusterSpec ClusterSpec::as_seen_by(const std::string& engine) const {
+  ClusterSpec c = *this;
+  const double ps = byte_cost_ps(engine);
+  if (ps <= 0) return c;
+  auto slow = [&](double gbps) { return 1.0 / (1.0 / gbps + ps * 1e-3); };  // s/GB: 1/gbps; ps/B = 1e-3 s/GB
+  c.nvlink_gbps = slow(nvlink_gbps);
+  c.nic_gbps = slow(nic_gbps);
+  c.hbm_gbps = slow(hbm_gbps);
   return c;
 }
 
@@ -150,6 +171,7 @@ std::string cluster_json(const ClusterSpec& c) {
   j["costs"]["group_us"] = c.group_us;
   j["costs"]["tensor_us"] = nlohmann::ordered_json::object();
   for (const auto& [engine, us] : c.tensor_us) j["costs"]["tensor_us"][engine] = us;
+  for (const auto& [engine, ps] : c.byte_ps) j["costs"]["byte_ps"][engine] = ps;
   if (!c.fitted_on.empty()) j["fitted_on"] = c.fitted_on;
   j["sources"] = c.sources;
   if (!c.provenance.empty()) j["provenance"] = c.provenance;

@@ -35,6 +35,12 @@ struct ClusterSpec {
   // per-tensor sync and loader; V1/V2: the iterator step with its request; V3/V4: replay and pack
   // inside a group, overlapping its pulls). An engine without a cost here is refused by name.
   std::map<std::string, double> tensor_us;
+  // Per byte, by engine row name (picoseconds; 0 when absent): what every byte the engine moves
+  // or copies costs beyond the measured bandwidths (copies under load: all ranks of a host
+  // copying at once, against microbenchmarks of one idle pair). The engine's pulls, gathers and
+  // copies run at 1 / (1 / bandwidth + byte_ps); the speed of light keeps the bandwidths.
+  // Fitted by simulate --calibrate / --fit over two or more runs of other shapes.
+  std::map<std::string, double> byte_ps;
   bool separate_nodes = true;  // inference ranks start on a fresh node (else right after the trainers' GPUs)
   // Ranks of a node share one device and its copy bandwidth (several ranks on one GPU, or
   // processes on a CPU host): copies within a node (pulls, gathers, the process step) share
@@ -53,6 +59,13 @@ struct ClusterSpec {
   // Throws InputError naming the file and costs.tensor_us.<engine> when the profile lacks it.
   double tensor_cost_us(const std::string& engine) const;
   bool has_tensor_cost(const std::string& engine) const { return tensor_us.count(engine) > 0; }
+  double byte_cost_ps(const std::string& engine) const {
+    auto it = byte_ps.find(engine);
+    return it == byte_ps.end() ? 0.0 : it->second;
+  }
+  // This hardware as `engine` sees it: the copy and link bandwidths slowed by its per-byte cost
+  // (nic_raw_gbps, the speed of light's line rate, unchanged).
+  ClusterSpec as_seen_by(const std::string& engine) const;
 };
 
 ClusterSpec load_cluster(const std::string& name_or_path);

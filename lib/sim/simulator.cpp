@@ -283,9 +283,27 @@ void Simulator::speed_of_light(SimResult& r, const std::vector<std::vector<Flow>
   r.sol_pp_serial_s = std::max(r.sol_pp_serial_s, r.sol_abs_s);
 }
 
+std::vector<std::vector<Simulator::Flow>> Simulator::network_flows(const EngineSpec& engine) const {
+  auto f = flows(engine.source == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : engine.source);
+  for (auto& x : f) std::erase_if(x, [](const Flow& y) { return y.shared; });
+  return f;
+}
+
 SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   if (engine.sim == SimModel::kNone)
     throw Error(std::string("simulate: engine ") + engine.name + " has no schedule model in the simulator");
+  if (const double ps = cluster_.byte_cost_ps(engine.name); ps > 0) {
+    // A per-byte cost: the same schedule on the bandwidths the engine sees; the speed of light
+    // at the hardware's own.
+    ClusterSpec seen = cluster_.as_seen_by(engine.name);
+    seen.byte_ps.erase(engine.name);
+    SimResult r = Simulator(model_, trainer_, inference_, plans_, seen, bytes_).run(engine, bucket_bytes);
+    r.byte_ps = ps;
+    r.sol_abs_s = r.sol_pp_serial_s = 0;
+    speed_of_light(r, network_flows(engine));
+    r.aggregate_gbps = r.total_s > 0 ? double(r.bytes_moved) / r.total_s / 1e9 : 0;
+    return r;
+  }
   SimResult r;
   r.engine = engine.name;
   const ClusterSpec& c = cluster_;

@@ -63,6 +63,7 @@ struct SimResult {
   double pulls_together_s = 0;  // stages at once: every pull as one phase (the shared receivers' bound)
   bool pulls_overlap_iterator = false;  // the per-tensor engines: pulls hidden under the iterator
   double tensor_us = 0;                 // the cluster file's per-tensor cost used for this engine
+  double byte_ps = 0;                   // and its per-byte cost (ClusterSpec::byte_ps)
 };
 
 // GPUs: trainer rank r on node r / gpus_per_node; inference ranks on the nodes after the
@@ -113,6 +114,9 @@ class Simulator {
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
+  // The pulls of a row's source policy without dedupe's node-internal copies (the broadcast's
+  // line-rate bound: as if pulled stage-locally).
+  std::vector<std::vector<Flow>> network_flows(const EngineSpec& engine) const;
   // Bytes on the wire of n elements of HF tensor p (FP8 on the wire: codes and scales).
   int64_t wire_bytes(const ParamMeta& p, int64_t n) const;
   // Device bytes read and written by the process step's copy per bf16 byte that lands: 2

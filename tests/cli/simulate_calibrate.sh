@@ -5,7 +5,9 @@
 # (2) holds the two measured bandwidths and a fitted per-tensor cost for every engine row, each
 # fitted_on the calibration's own row; (3) reproduces the calibration run's times when --compare
 # reads that run back (a fit, and labelled "fitted"), while a run of another layout is labelled
-# "predicted". Bad use is refused: --calibrate with --reproduce.
+# "predicted"; (4) --fit fits a per-tensor and a per-byte cost on that run and a MoE run together.
+# Bad use is refused: --calibrate with --reproduce, a fit whose first run has no bandwidths,
+# --fit-with alone.
 set -u
 ss="$1" dir="$2"
 rm -rf "$dir" && mkdir -p "$dir"
@@ -48,4 +50,33 @@ for r in rows:
 # Refused: a calibration with another mode.
 if "$ss" simulate --calibrate "$dir/x.json" --reproduce > "$dir/refused.log" 2>&1; then fail "--calibrate --reproduce accepted"; fi
 grep -q "a calibration alone" "$dir/refused.log" || fail "no reason for the refusal: $(cat "$dir/refused.log")"
-echo "ok: calibrated, provenance recorded, the calibration run refitted and labelled fitted"
+# --fit: the calibration run and a MoE run of the same host, fitted together offline: a per-tensor
+# and a per-byte cost for every engine, each fitted_on both rows; the runs named in provenance.
+timeout 240 mpirun --oversubscribe -np 3 "$ss" bench -m tiny-qwen3-moe -t tp2,ep2,etp1 -i tp1 --syncs 1 --warmup 1 -q \
+  --json "$dir/moe.json" > "$dir/moe.log" 2>&1 || { tail "$dir/moe.log"; fail "moe bench exit $?"; }
+"$ss" simulate --fit "$dir/fit.json" --fit-with "$dir/cal.run.json" --fit-with "$dir/moe.json" > "$dir/fit.log" 2>&1 \
+  || { cat "$dir/fit.log"; fail "--fit exit"; }
+python3 - "$dir" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+c = json.load(open(d + "/fit.json"))
+bad = []
+rows = ["tiny-qwen3 tp2,pp1,ep1,etp2,dp1 -> tp1", "tiny-qwen3-moe tp2,pp1,ep2,etp1,dp1 -> tp1"]
+engines = sorted(c["costs"]["tensor_us"])
+if len(engines) != 5: bad.append("tensor_us for %s" % engines)
+if sorted(c["costs"].get("byte_ps", {})) != engines: bad.append("byte_ps for %s" % sorted(c["costs"].get("byte_ps", {})))
+for e in engines:
+    for term in ("tensor_us", "byte_ps"):
+        if c["fitted_on"].get(term + "." + e) != [r + " " + e for r in rows]:
+            bad.append("fitted_on.%s.%s = %r" % (term, e, c["fitted_on"].get(term + "." + e)))
+p = c.get("provenance", {})
+if p.get("runs") != d + "/cal.run.json, " + d + "/moe.json": bad.append("provenance.runs %r" % p.get("runs"))
+if "--fit" not in p.get("command", ""): bad.append("provenance.command %r" % p.get("command"))
+if bad: sys.exit("FAIL: " + "; ".join(bad))
+PY
+# A fit's first run gives the bandwidths: one without them is refused, naming the field.
+if "$ss" simulate --fit "$dir/x.json" --fit-with "$dir/moe.json" > "$dir/refused2.log" 2>&1; then fail "--fit without bandwidths accepted"; fi
+grep -q "moe.json: link_gbps" "$dir/refused2.log" || fail "no field named: $(cat "$dir/refused2.log")"
+if "$ss" simulate --fit-with "$dir/moe.json" > "$dir/refused3.log" 2>&1; then fail "--fit-with alone accepted"; fi
+grep -q "with --fit or --calibrate" "$dir/refused3.log" || fail "no reason: $(cat "$dir/refused3.log")"
+echo "ok: calibrated, provenance recorded, the calibration run refitted and labelled fitted; two runs fitted together"

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "layout/parse.hpp"
 #include "plan/quant.hpp"
+#include "sim/calibrate.hpp"
 #include "sim/simulator.hpp"
 
 namespace shardsync {
@@ -420,6 +421,86 @@ TEST(Sim, FittedRowsAreNamedByTheClusterFile) {
   EXPECT_EQ(mixed.gpus_per_node, c.gpus_per_node);
   EXPECT_EQ(mixed.tensor_cost_us("v4"), load_cluster("h200x2-nvlink").tensor_cost_us("v4"));
   EXPECT_EQ(mixed.fitted_terms("qwen3-235b-published v3"), "");
+}
+
+// A per-byte cost is a slower copy: every pull, gather and copy of that engine at
+// 1 / (1 / bandwidth + byte_ps), nothing else; the bytes and the speed of light stay.
+TEST(Sim, PerByteCostSlowsTheEnginesCopiesOnly) {
+  SimCase s("tiny-qwen3-moe", "tp2,ep2,etp1", "dp2,ep2", 2);
+  ClusterSpec c = load_cluster("cpu-devvm");
+  const SimResult plain = Simulator(s.model, s.trainer, s.inference, s.plans, c).run(EngineKind::kV3);
+  c.byte_ps["v3"] = 500;  // 0.5 ns a byte
+  const ClusterSpec seen = c.as_seen_by("v3");
+  EXPECT_NEAR(seen.nvlink_gbps, 1.0 / (1.0 / c.nvlink_gbps + 0.5), 1e-9);
+  EXPECT_NEAR(seen.hbm_gbps, 1.0 / (1.0 / c.hbm_gbps + 0.5), 1e-9);
+  EXPECT_EQ(seen.nic_raw_gbps, c.nic_raw_gbps);
+  EXPECT_EQ(c.as_seen_by("v2").nvlink_gbps, c.nvlink_gbps);  // another row: its own (none)
+  Simulator sim(s.model, s.trainer, s.inference, s.plans, c);
+  const SimResult slow = sim.run(EngineKind::kV3);
+  EXPECT_EQ(slow.byte_ps, 500);
+  EXPECT_GT(slow.transfer_s, plain.transfer_s * 2);
+  EXPECT_GT(slow.total_s, plain.total_s);
+  EXPECT_EQ(slow.bytes_moved, plain.bytes_moved);
+  EXPECT_DOUBLE_EQ(slow.sol_abs_s, plain.sol_abs_s);
+  const SimResult other = sim.run(EngineKind::kV2);
+  EXPECT_EQ(other.byte_ps, 0);
+  // In a cluster file: costs.byte_ps.<engine>, only for a row with a per-tensor cost.
+  const ClusterSpec parsed = parse_cluster_json(
+      R"({"gpus_per_node": 8, "profile": "shardsync", "costs": {"tensor_us": {"v3": 1}, "byte_ps": {"v3": 7}}})", "c.json", "c");
+  EXPECT_EQ(parsed.byte_cost_ps("v3"), 7);
+  EXPECT_EQ(parse_cluster_json(cluster_json(parsed), "d.json", "d").byte_cost_ps("v3"), 7);
+  try {
+    parse_cluster_json(R"({"gpus_per_node": 8, "profile": "shardsync", "costs": {"tensor_us": {"v3": 1}, "byte_ps": {"v2": 7}}})",
+                       "c.json", "c");
+    ADD_FAILURE() << "a per-byte cost without a per-tensor cost was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("costs.byte_ps.v2"), std::string::npos) << e.what();
+  }
+}
+
+// The fit inverts the model: times the simulator gives with known per-tensor and per-byte costs,
+// on a dense and a MoE setup (other tensors per byte), give those costs back; from one setup
+// alone, a per-tensor cost only.
+TEST(Sim, CalibrationRecoversTheTermsThatMadeTheTimes) {
+  SimCase dense("tiny-qwen3", "tp2", "tp1", 2), moe("tiny-qwen3-moe", "tp2,ep2,etp1", "dp2,ep2", 1);
+  auto setup = [](const SimCase& s, const char* name) {
+    CalibrationSetup cs;
+    cs.setup = name;
+    cs.model = &s.model;
+    cs.trainer = &s.trainer;
+    cs.inference = &s.inference;
+    cs.plans = &s.plans;
+    return cs;
+  };
+  CalibrationRun run;
+  run.ranks = 4;
+  run.link_gbps = 20;
+  run.copy_gbps = 40;
+  run.provenance = {{"host", "test"}};
+  run.setups = {setup(dense, "dense"), setup(moe, "moe")};
+  for (auto& cs : run.setups) cs.measured_s = {{"v2", 1.0}, {"v3", 1.0}};
+  ClusterSpec truth = calibrate_cluster(run);  // the hardware a calibration builds; costs set below
+  const std::map<std::string, std::pair<double, double>> terms{{"v2", {35.0, 250.0}}, {"v3", {80.0, 40.0}}};
+  for (const auto& [engine, t] : terms) {
+    truth.tensor_us[engine] = t.first;
+    truth.byte_ps[engine] = t.second;
+  }
+  for (auto& cs : run.setups) {
+    Simulator sim(*cs.model, *cs.trainer, *cs.inference, *cs.plans, truth);
+    for (const auto& [engine, t] : terms) cs.measured_s[engine] = sim.run(*find_engine(engine)).total_s;
+  }
+  const ClusterSpec fitted = calibrate_cluster(run);
+  for (const auto& [engine, t] : terms) {
+    EXPECT_NEAR(fitted.tensor_cost_us(engine), t.first, 0.02 * t.first) << engine;
+    EXPECT_NEAR(fitted.byte_cost_ps(engine), t.second, 0.02 * t.second) << engine;
+    EXPECT_EQ(fitted.fitted_terms("moe " + engine), "byte_ps." + engine + ", tensor_us." + engine);
+  }
+  run.setups.pop_back();
+  const ClusterSpec one = calibrate_cluster(run);
+  EXPECT_TRUE(one.byte_ps.empty());
+  EXPECT_EQ(one.fitted_terms("dense v3"), "tensor_us.v3");
+  Simulator sim(*run.setups[0].model, *run.setups[0].trainer, *run.setups[0].inference, *run.setups[0].plans, one);
+  EXPECT_NEAR(sim.run(EngineKind::kV3).total_s, run.setups[0].measured_s.at("v3"), 1e-6);
 }
 
 }  // namespace
