@@ -3,8 +3,9 @@
 #   1. calibrate: `simulate --calibrate` on dense Qwen3-8B TP1 -> TP1 (2 ranks on one GPU): the
 #      link and copy microbenchmarks, every engine timed, one per-tensor cost per engine fitted;
 #   2. predict other models and layouts on the same GPU and measure them (bench, every byte
-#      verified): Qwen3-8B to 2 replicas, Qwen3-8B with trainer PP2, and a MoE model (TP2/EP2 ->
-#      DP2/EP2); `simulate --compare` prints predicted vs measured for each.
+#      verified): Qwen3-8B to 2 replicas, Qwen3-8B with trainer PP2 and with trainer TP2, and a MoE
+#      model (TP2/EP2 -> DP2/EP2, and trainer PP2/EP2/DP2 -> DP2/EP2); `simulate --compare` prints
+#      predicted vs measured for each.
 #   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/calibrate.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,4 +33,8 @@ validate() {  # name np bench-args...
 validate qwen3-8b-tp1-tp1x2 3 -m qwen3-8b -t tp1 -i tp1 -r 2
 validate qwen3-8b-pp2-tp1 3 -m qwen3-8b -t tp1,pp2 -i tp1
 validate mid-moe-tp2ep2-dp2ep2 4 -m mid-qwen3-moe -t tp2,ep2,etp1 -i dp2,ep2
+# More shapes for the two-term fit (simulate --fit on the calibration and the MoE run above) to
+# predict: dense Qwen3-8B from a TP2 trainer, and the MoE model from trainer PP2/EP2/DP2.
+validate qwen3-8b-tp2-tp1 3 -m qwen3-8b -t tp2 -i tp1
+validate mid-moe-pp2ep2-dp2ep2 6 -m mid-qwen3-moe -t tp1,pp2,ep2,dp2 -i dp2,ep2
 [[ ${#FAILED_STEPS[@]} -eq 0 ]] && say "# all steps passed" || { say "# FAILED: ${FAILED_STEPS[*]}"; exit 1; }
