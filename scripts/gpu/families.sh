@@ -7,7 +7,9 @@
 #     recorded (`plan record`), then one verified sync per engine; gpt-oss-20b (41.8 GB) TP1 ->
 #     TP2 and TP1 -> TP2/EP2 needs an H200 (84 GB held at once);
 #   Mixtral-8x7B (93 GB) and GLM-4.5-Air (214 GB) do not fit twice on one GPU: their plans
-#     are recorded at a serving layout (TP8 / TP8,EP8) and shown, no sync.
+#     are recorded at a serving layout (TP8 / TP8,EP8) and shown; on a host of several GPUs that
+#     hold both copies (2 H200s for Mixtral; 4 H200s or 8 H100s for GLM-4.5-Air) they sync at
+#     full size, TP<g/2> -> TP<g/2>, one rank a GPU.
 #   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> [ONLY=regex] scripts/gpu/families.sh
 # ONLY runs just the steps whose names match (e.g. ONLY=gpt-oss).
 set -uo pipefail
@@ -61,5 +63,19 @@ for spec in "mixtral-8x7b mixtral-8x7b-v0.1 tp8 tp8" "glm-4.5-air glm-4.5-air tp
   step "$name-plan" 300 "$SS" plan record -m "$model" -t "$trainer" -i "$inference" -o "$OUT/$name.h5"
   tail -3 "$LOGS/$name-plan.log" | tee -a "$SUM"
   "$SS" plan show "$OUT/$name.h5" > "$OUT/$name-plan.txt" 2>&1; rm -f "$OUT/$name.h5"
+done
+# Mixtral-8x7B (93.4 GB) and GLM-4.5-Air (213.8 GB) synced at full size where the host's GPUs hold a
+# trainer and an inference copy with room to spare (85% of their memory): TP<g/2> -> TP<g/2>, one
+# rank a GPU (trainers on the first half). Two H200s take Mixtral; four H200s, or eight H100s, GLM.
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+for spec in "mixtral-8x7b mixtral-8x7b-v0.1 93405585408" "glm-4.5-air glm-4.5-air 213751699968"; do
+  read -r name model bytes <<<"$spec"
+  only "$name" || continue
+  half=$(( gpus / 2 ))
+  if (( half < 1 )) || (( bytes * 100 > half * mem_mib * 1048576 * 85 )); then
+    say "# $name: no full-size sync here: a trainer and an inference copy ($(( 2 * bytes / 1000000000 )) GB) need more than $gpus GPU(s) of $mem_mib MiB"
+    continue
+  fi
+  real "$name-tp$half" $(( 2 * half )) "$model" "tp$half" "tp$half"
 done
 [[ ${#FAILED_STEPS[@]} -eq 0 ]] && say "# all steps passed" || { say "# FAILED: ${FAILED_STEPS[*]}"; exit 1; }
