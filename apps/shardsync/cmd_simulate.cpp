@@ -317,6 +317,7 @@ int run_calibrate(const SimulateOptions& o, int argc, char** argv) {
   if (o.recv_buffer > 0) r.engine.recv_buffer_bytes = o.recv_buffer;
   if (o.chunk > 0) r.engine.chunk_bytes = o.chunk;
   r.json_out = calibration_run_path(o.calibrate);
+  for (const std::string& f : o.fit_with) read_result_file(f);  // a bad file stops every rank before the run
   int rank = 0;
   const int status = run_syncs(r, argc, argv, &rank);
   if (status != 0 || rank != 0) return status;
