@@ -19,14 +19,17 @@ nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 [[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
   -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
 bufs=(--memory cuda --send-buffer 1G --recv-buffer 1G --chunk 256M)
-step calibrate 300 mpirun --oversubscribe --bind-to none -np 2 "$SS" simulate --calibrate "$OUT/h200-qwen3-8b.json" \
+# The calibration is named by the GPU it ran on (h200-qwen3-8b.json on an H200, h100-... on an H100).
+kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9][0-9]*' | head -1 | tr H h)
+CAL="$OUT/${kind:-gpu}-qwen3-8b.json"
+step calibrate 300 mpirun --oversubscribe --bind-to none -np 2 "$SS" simulate --calibrate "$CAL" \
   -m qwen3-8b -t tp1 -i tp1 "${bufs[@]}" --syncs 3 --warmup 1
 grep -A8 "^# calibrated" "$LOGS/calibrate.log" | tee -a "$SUM"
 validate() {  # name np bench-args...
   local name="$1" np="$2"; shift 2
   step "$name" 300 mpirun --oversubscribe --bind-to none -np "$np" "$SS" bench "$@" "${bufs[@]}" --syncs 3 --warmup 1 -q \
     --json "$OUT/$name.json" || return
-  "$SS" simulate --compare "$OUT/$name.json" --cluster "$OUT/h200-qwen3-8b.json" --json "$OUT/$name-predicted.json" \
+  "$SS" simulate --compare "$OUT/$name.json" --cluster "$CAL" --json "$OUT/$name-predicted.json" \
     > "$OUT/$name-predicted.txt" 2>&1
   tail -7 "$OUT/$name-predicted.txt" | tee -a "$SUM"
 }
