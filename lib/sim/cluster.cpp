@@ -143,6 +143,7 @@ ClusterSpec ClusterSpec::as_seen_by(const std::string& engine) const {
   c.nvlink_gbps = slow(nvlink_gbps);
   c.nic_gbps = slow(nic_gbps);
   c.hbm_gbps = slow(hbm_gbps);
+  c.byte_ps.erase(engine);  // applied
   return c;
 }
 

@@ -63,8 +63,8 @@ struct ClusterSpec {
     auto it = byte_ps.find(engine);
     return it == byte_ps.end() ? 0.0 : it->second;
   }
-  // This hardware as `engine` sees it: the copy and link bandwidths slowed by its per-byte cost
-  // (nic_raw_gbps, the speed of light's line rate, unchanged).
+  // This hardware as `engine` sees it: the copy and link bandwidths slowed by its per-byte cost,
+  // which the result no longer holds (nic_raw_gbps, the speed of light's line rate, unchanged).
   ClusterSpec as_seen_by(const std::string& engine) const;
 };
 

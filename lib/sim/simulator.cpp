@@ -57,7 +57,8 @@ double expected_delta_bytes(double bytes, int64_t elem_bytes, int64_t run, int64
 
 Simulator::Simulator(const ModelSpec& model, const TrainerPlacement& trainer, const InferencePlacement& inference,
                      const std::vector<RankPlan>& plans, const ClusterSpec& cluster, const SimBytes& bytes)
-    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster), bytes_(bytes) {
+    : model_(model), trainer_(trainer), inference_(inference), plans_(plans), cluster_(cluster), bytes_(bytes),
+      line_nvlink_gbps_(cluster.nvlink_gbps) {
   if (bytes.fp8_wire && inference.layout().quant != Quant::kFp8Block128)
     throw InputError("--wire", "fp8", "FP8 on the wire needs an FP8 target (--quant fp8-block128)");
   if (bytes.fp8_wire && bytes.delta)
@@ -275,7 +276,7 @@ void Simulator::speed_of_light(SimResult& r, const std::vector<std::vector<Flow>
       (ib ? stage_out[stage].first : stage_out[stage].second) += double(x.bytes);
     }
   }
-  const double nic = cluster_.nic_raw_gbps * 1e9, nvl = cluster_.nvlink_gbps * 1e9;
+  const double nic = cluster_.nic_raw_gbps * 1e9, nvl = line_nvlink_gbps_ * 1e9;
   auto time = [&](const std::pair<double, double>& b, int gpus) { return std::max(b.first / (gpus * nic), b.second / (gpus * nvl)); };
   for (auto& [rep, b] : replica_in) r.sol_abs_s = std::max(r.sol_abs_s, time(b, per));
   int stage_gpus = trainer_.tp() * trainer_.dp();
@@ -283,25 +284,16 @@ void Simulator::speed_of_light(SimResult& r, const std::vector<std::vector<Flow>
   r.sol_pp_serial_s = std::max(r.sol_pp_serial_s, r.sol_abs_s);
 }
 
-std::vector<std::vector<Simulator::Flow>> Simulator::network_flows(const EngineSpec& engine) const {
-  auto f = flows(engine.source == SourcePolicy::kRootOnly ? SourcePolicy::kStageLocal : engine.source);
-  for (auto& x : f) std::erase_if(x, [](const Flow& y) { return y.shared; });
-  return f;
-}
-
 SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
   if (engine.sim == SimModel::kNone)
     throw Error(std::string("simulate: engine ") + engine.name + " has no schedule model in the simulator");
   if (const double ps = cluster_.byte_cost_ps(engine.name); ps > 0) {
     // A per-byte cost: the same schedule on the bandwidths the engine sees; the speed of light
-    // at the hardware's own.
-    ClusterSpec seen = cluster_.as_seen_by(engine.name);
-    seen.byte_ps.erase(engine.name);
-    SimResult r = Simulator(model_, trainer_, inference_, plans_, seen, bytes_).run(engine, bucket_bytes);
+    // at the hardware's own line rate.
+    Simulator seen(model_, trainer_, inference_, plans_, cluster_.as_seen_by(engine.name), bytes_);
+    seen.line_nvlink_gbps_ = line_nvlink_gbps_;
+    SimResult r = seen.run(engine, bucket_bytes);
     r.byte_ps = ps;
-    r.sol_abs_s = r.sol_pp_serial_s = 0;
-    speed_of_light(r, network_flows(engine));
-    r.aggregate_gbps = r.total_s > 0 ? double(r.bytes_moved) / r.total_s / 1e9 : 0;
     return r;
   }
   SimResult r;

@@ -114,9 +114,6 @@ class Simulator {
   double allgather_time(const std::vector<int>& gpus, int64_t bytes, int64_t* nvlink, int64_t* ib) const;
   double gather_root_time(int root, const std::vector<std::pair<int, int64_t>>& pieces, int64_t* nvlink, int64_t* ib) const;
   void speed_of_light(SimResult& r, const std::vector<std::vector<Flow>>& f) const;
-  // The pulls of a row's source policy without dedupe's node-internal copies (the broadcast's
-  // line-rate bound: as if pulled stage-locally).
-  std::vector<std::vector<Flow>> network_flows(const EngineSpec& engine) const;
   // Bytes on the wire of n elements of HF tensor p (FP8 on the wire: codes and scales).
   int64_t wire_bytes(const ParamMeta& p, int64_t n) const;
   // Device bytes read and written by the process step's copy per bf16 byte that lands: 2
@@ -136,6 +133,9 @@ class Simulator {
   const std::vector<RankPlan>& plans_;
   ClusterSpec cluster_;
   SimBytes bytes_;
+  // The speed of light's NVLink rate: the hardware's, also where an engine's per-byte cost has
+  // slowed cluster_'s (nic_raw_gbps, the other line rate, is never slowed).
+  double line_nvlink_gbps_;
 };
 
 }  // namespace shardsync

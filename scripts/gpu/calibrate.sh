@@ -12,12 +12,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/sim/h200}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-BUILD="${BUILD:-build-gpu}"
-SS="$BUILD/apps/shardsync"
-say "# simulator calibration on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
-nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
-[[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
-  -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
+gpu_script_start "simulator calibration"
 bufs=(--memory cuda --send-buffer 1G --recv-buffer 1G --chunk 256M)
 # The calibration is named by the GPU it ran on (h200-qwen3-8b.json on an H200, h100-... on an H100).
 kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9][0-9]*' | head -1 | tr H h)

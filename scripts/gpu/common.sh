@@ -34,3 +34,15 @@ report_steps() {
   exit $rc
 }
 trap report_steps EXIT
+
+# The opening of a script that needs only the shardsync binary: BUILD (default build-gpu) and SS,
+# a first summary line naming the source commit, the GPUs, and the build where there is none yet
+# (a later script on the same host reuses it).
+gpu_script_start() {  # title
+  BUILD="${BUILD:-build-gpu}"
+  SS="$BUILD/apps/shardsync"
+  say "# $1 on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
+  nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
+  [[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
+    -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
+}

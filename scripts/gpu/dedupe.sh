@@ -15,12 +15,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/dedupe}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-BUILD="${BUILD:-build-gpu}"
-SS="$BUILD/apps/shardsync"
-say "# node-level dedupe on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
-nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
-[[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
-  -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
+gpu_script_start "node-level dedupe"
 tiny=(-m tiny-qwen3-moe -t tp1 -i dp4,ep4 --memory cuda --transport cuda_ipc --syncs 3 --warmup 1 -q)
 step tiny-two-nodes 180 env SHARDSYNC_FAKE_HOSTS=4 EXPECT_HOSTS=0:694656,4:547200 EXPECT_NODE=946944 EXPECT_FULL=2188800 \
   KEEP_JSON="$OUT/tiny-two-nodes.json" tests/engine/dedupe_check.sh 5 "$SS" "${tiny[@]}"

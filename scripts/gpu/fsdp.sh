@@ -11,12 +11,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/fsdp}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-BUILD="${BUILD:-build-gpu}"
-SS="$BUILD/apps/shardsync"
-say "# FSDP2 trainers on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
-nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
-[[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
-  -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"
+gpu_script_start "FSDP2 trainers"
 gpu=(--memory cuda --syncs 2 --warmup 1 -q)
 tiny() {  # name np args...
   local name="$1" np="$2"; shift 2
