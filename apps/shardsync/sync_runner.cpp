@@ -131,15 +131,15 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
                 "default: written in place, the process being a copy");
   app->add_option(
          "--failure-timeout", o->engine.failure_timeout_s,
-         "Seconds a trainer waits on a silent inference rank before declaring it dead (its replica "
-         "then goes down; sharded engines only: a broadcast is a collective and cannot survive)")
+         "Seconds of silence from a rank's heartbeats (sent every tenth of this, at most 0.5 s, by a "
+         "thread that no copy, quantize or verification blocks) after which it is lost; a rank whose "
+         "process is gone is lost at once. A busy rank is never lost")
       ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   app->add_option("--stall-timeout", o->engine.stall_timeout_s,
-                  "Seconds without progress after which a rank inside the run exits (status 4) "
-                  "instead of hanging: "
-                  "the death of a trainer rank, or of any rank during a broadcast, cannot be "
-                  "survived; 0: never")
+                  "Seconds without progress after which a rank inside the run exits (status 4) with "
+                  "one line naming the phase and the peer it waited for, instead of hanging (a peer "
+                  "alive but stuck); 0: never")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app->add_option("--inject-corrupt", o->engine.corrupt_at_sync,
@@ -155,6 +155,19 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
       ->group("Testing");
   app->add_option("--fail-at", o->fail_at,
                   "Test hook: sync=K,rank=R: inference world rank R kills itself mid-sync K")
+      ->group("Testing");
+  app->add_option("--failure-tolerance", o->failure_tolerance,
+                  "on: a lost inference rank takes its replica down and the run goes on (needs "
+                  "--transport ucx and Open MPI's recovery settings: README, failure model); off: any "
+                  "lost rank ends the run, every survivor printing one line and exiting with status 5; "
+                  "auto: on where the transport and mpirun allow it. A lost trainer rank, or a rank "
+                  "lost during a broadcast, ends the run either way")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app->add_option("--stall-at", o->stall_at,
+                  "Test hook: sync=K,rank=R,in=process|verify,s=S: at sync K of each engine, inference "
+                  "world rank R sleeps S seconds in its process step or before its verification (busy, "
+                  "not dead: its heartbeats go on)")
       ->group("Testing");
   app->add_option("--slow-rank", o->engine.slow_rank,
                   "Test hook: this world rank sleeps after every chunk")
@@ -174,6 +187,19 @@ namespace {
 bool recovery_mode() {
   const char* v = std::getenv("OMPI_MCA_orte_enable_recovery");
   return v && std::strcmp(v, "1") == 0;
+}
+
+// Open MPI's settings under which mpirun lets the job go on when a rank dies (as OMPI_MCA_*
+// variables in the ranks' environment).
+constexpr char kRecoverySettings[] =
+    "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1";
+bool launcher_survives_death() {
+  auto is = [](const char* name, const char* want) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, want) == 0;
+  };
+  return is("OMPI_MCA_orte_enable_recovery", "1") && is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
+         is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
 }
 
 [[noreturn]] void abort_job(int code) {
@@ -298,6 +324,7 @@ struct RunSetup {
   std::vector<RankPlan> plans;
   SyncOptions engine;
   std::string transport;
+  std::string tolerance_why;  // why failure tolerance is off ("" when on)
   double plan_s = 0;
 };
 
@@ -371,6 +398,30 @@ std::string set_up(const SyncRunOptions& o, int rank, int size, RunSetup* rs) {
       rs->engine.fail_at_sync = k;
       rs->engine.fail_rank = r;
     }
+    // Failure tolerance: the transport must survive a dead peer, and mpirun must let the job go on.
+    const std::string missing = !probe_transport->supports_rejoin() ? "--transport ucx (this run uses " + rs->transport + ")"
+                                : !launcher_survives_death()        ? std::string(kRecoverySettings)
+                                                                    : "";
+    if (o.failure_tolerance == "on" && !missing.empty())
+      throw InputError("--failure-tolerance", "on", "needs " + missing);
+    rs->engine.tolerate_failures = o.failure_tolerance != "off" && missing.empty();
+    rs->tolerance_why = o.failure_tolerance == "off" ? "--failure-tolerance off" : missing.empty() ? "" : "it needs " + missing;
+    if (!o.stall_at.empty()) {
+      int k = -1, r = -1, n = 0;
+      char in[16] = {};
+      double secs = -1;
+      if (std::sscanf(o.stall_at.c_str(), "sync=%d,rank=%d,in=%15[a-z],s=%lf%n", &k, &r, in, &secs, &n) != 4 ||
+          size_t(n) != o.stall_at.size() || k < 0 || r < rs->s.trainer->world_size() || r >= size || secs < 0 ||
+          secs > 3600 || (std::strcmp(in, "process") != 0 && std::strcmp(in, "verify") != 0))
+        throw InputError("--stall-at", o.stall_at,
+                         "expected sync=K,rank=R,in=process|verify,s=SECONDS with R an inference rank (" +
+                             std::to_string(rs->s.trainer->world_size()) + ".." + std::to_string(size - 1) +
+                             ") and 0 <= SECONDS <= 3600");
+      rs->engine.stall_at_sync = k;
+      rs->engine.stall_rank = r;
+      rs->engine.stall_in = std::strcmp(in, "verify") == 0 ? SyncOptions::StallIn::kVerify : SyncOptions::StallIn::kProcess;
+      rs->engine.stall_s = secs;
+    }
     if (!o.json_out.empty() && rank == 0) {  // fail now, not after the run
       std::ofstream probe(o.json_out, std::ios::app);
       if (!probe)
@@ -416,25 +467,13 @@ void print_run_header(const SyncRunOptions& o, const RunSetup& rs, const Engines
               << (o.engine.wire_fp8 ? "fp8: trainers quantize each piece as they pack it, codes and scales travel"
                                     : "bf16: inference ranks quantize in their process step")
               << " (broadcast: bf16)\n";
-  // Open MPI passes --mca settings to the ranks as OMPI_MCA_* variables.
-  auto mca_is = [](const char* name, const char* want) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, want) == 0;
-  };
-  bool mca = mca_is("OMPI_MCA_orte_enable_recovery", "1") &&
-             mca_is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
-             mca_is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
-  bool ucx = rs.transport == "ucx";
+  const std::string lost = "a rank is lost when its heartbeats stop for " + fmt_fixed(o.engine.failure_timeout_s, 1) +
+                           " s (--failure-timeout) or its process is gone";
   std::cout << "# failure tolerance: "
-            << (mca && ucx ? "on, a silent inference rank is declared dead after " +
-                                 fmt_fixed(o.engine.failure_timeout_s, 1) +
-                                 " s and its replica goes down (sharded engines)" +
-                                 (o.engine.rendezvous.empty()
-                                      ? ""
-                                      : "; replacements join through " + o.engine.rendezvous)
-                : !mca
-                    ? std::string("off, mpirun ends the job if a rank dies (README: failure model)")
-                    : "off, transport " + rs.transport + " has no failure handling (use ucx)")
+            << (rs.engine.tolerate_failures
+                    ? "on: " + lost + "; a lost inference rank takes its replica down (sharded engines)" +
+                          (o.engine.rendezvous.empty() ? "" : "; replacements join through " + o.engine.rendezvous)
+                    : "off (" + rs.tolerance_why + "): " + lost + "; a lost rank ends the run with one line on every survivor")
             << "\n";
 }
 

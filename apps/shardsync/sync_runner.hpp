@@ -24,6 +24,8 @@ struct SyncRunOptions {
   int link_iters = 0;  // > 0: measure the pull path's raw bandwidth first
   int copy_iters = 0;  // > 0: measure trainer rank 0's device copy bandwidth first
   std::string fail_at;  // "sync=K,rank=R"
+  std::string stall_at;  // "sync=K,rank=R,in=process|verify,s=S"
+  std::string failure_tolerance = "auto";  // auto | on | off
 };
 
 // The options a replacement process shares with the job: model, layouts, memory, plans,

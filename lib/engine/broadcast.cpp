@@ -34,12 +34,25 @@ void grow_bucket(DeviceBuffer& bucket, int64_t bytes, Device* device, StagingMet
   meter.add(bytes);
 }
 
+// While set, this rank is in the broadcast, a collective over every rank: a lost peer then
+// ends the run (Impl::on_peer_lost), as nothing unblocks the collective.
+class InBroadcast {
+ public:
+  InBroadcast(std::atomic<bool>& flag) : flag_(flag) { flag_ = true; }
+  ~InBroadcast() { flag_ = false; }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 }  // namespace
 
 RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
   RankStats st;
   st.rank = world.rank;
   st.trainer = 1;
+  InBroadcast phase(in_broadcast);
+  waiting("in the broadcast (gathers to rank 0, buckets to every inference rank)");
   const double t0 = now_s();
   const ProducerSchedule& sched = producer_schedule(EngineKind::kBroadcast);
   GatherContext gctx = gather_context();
@@ -81,6 +94,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   st.rank = world.rank;
   consumer_side.fp8_arrived = false;  // bf16 on the wire: the process step quantizes
   CtrlMsg start;
+  waiting("waiting for a sync's START", 0);
   if (!take_start(EngineKind::kBroadcast, sync_index, version, nullptr, &start)) {
     st.reported = 0;
     st.stood_down = 1;
@@ -91,6 +105,8 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
     st.skipped = 1;
     return st;
   }
+  InBroadcast phase(in_broadcast);
+  waiting("in the broadcast (buckets from rank 0)", 0);
   const double t0 = now_s();
   const ConsumerSchedule& sched = consumer_schedule(EngineKind::kBroadcast);
   std::vector<std::vector<int32_t>> entries_of(model.params().size());
@@ -143,8 +159,11 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
       done_buffers.pop_front();
     }
   }
+  in_broadcast = false;  // every bucket is here: a loss from now on is survivable
+  stall_for_test(SyncOptions::StallIn::kProcess, sync_index);
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
+  stall_for_test(SyncOptions::StallIn::kVerify, sync_index);
   if (opt.verify) verify(version, st);
   return st;
 }

@@ -46,10 +46,6 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       continue;
     }
     if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it: nothing owed
-    if (m.type == kMsgShareAlive) {
-      consumer_side.share_alive[m.from] = now_s();
-      continue;
-    }
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
       consumer_side.stood_down = true;
       return false;
@@ -70,6 +66,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
 
   // Wait for the trainer's START; READYs of this sync may overtake it.
   CtrlMsg start;
+  waiting("waiting for a sync's START", 0);
   if (!take_start(e, sync_index, version, &readies, &start)) {  // this replica was taken down
     st.reported = 0;
     st.stood_down = 1;
@@ -239,23 +236,12 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   };
 
   BusyTime transfer;  // wall time with a read in flight, packed or one pass
-  double share_alive_sent = now_s();
   OnePassReads direct(*this, sched, transfer);
   double idle_since = -1;
   IdleBackoff backoff;
   while (chunks_left > 0 || !direct.done()) {
     bool progressed = reclaim();
     progressed |= direct.step(st, after_landing);
-    if (!sched.sharers.empty() && now_s() - share_alive_sent > 1.0) {  // --dedupe-node: still pulling
-      for (int r : sched.sharers) {
-        CtrlMsg a;
-        a.type = kMsgShareAlive;
-        a.a = sync_index;
-        transport->send(r, a);
-        ++st.messages;
-      }
-      share_alive_sent = now_s();
-    }
     CtrlMsg m;
     while (transport->poll(&m)) {
       if (m.type == kMsgShareReady) {
@@ -263,10 +249,6 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         continue;
       }
       if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it
-      if (m.type == kMsgShareAlive) {
-        consumer_side.share_alive[m.from] = now_s();
-        continue;
-      }
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
       readies.push_back(std::move(m));
       progressed = true;
@@ -310,6 +292,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       beat();
       backoff.progress();
     } else {
+      waiting("pulling a sync's chunks", gets.empty() ? -1 : gets.begin()->second.trainer);
       backoff.pause();
     }
   }
@@ -324,6 +307,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     for (const auto& [g, left] : group_left)
       if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
   }
+  stall_for_test(SyncOptions::StallIn::kProcess, sync_index);
   if (in_place && !consumer_side.quant.empty() && !consumer_side.fp8_arrived) {  // an FP8 target: quantize every group now
     quantize_group(-1, consumer_side.live.data(), 0, Lane::kMain, st);
     PhaseTimer t(st.quantize_s);
@@ -349,8 +333,15 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
   st.transfer_s += transfer.total();  // with the copies in the node
   st.peak_staging_bytes = meter.peak();
   st.delta_kept_bytes = consumer_side.kept.bytes();
+  stall_for_test(SyncOptions::StallIn::kVerify, sync_index);
   if (opt.verify) verify(version, st, lost);
   return st;
+}
+
+void Engines::Impl::stall_for_test(SyncOptions::StallIn where, int sync_index) {
+  if (sync_index != opt.stall_at_sync || world.rank != opt.stall_rank || opt.stall_in != where) return;
+  waiting(where == SyncOptions::StallIn::kVerify ? "stalled before verification (--stall-at)" : "stalled in the process step (--stall-at)");
+  std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_s));
 }
 
 void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, RankStats& st, std::set<int32_t>* lost) {
@@ -364,32 +355,29 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
       ++st.messages;
     }
   };
-  // A rank of the node silent for the failure timeout has died (its replica, which is ours, goes
-  // down with it); a puller still pulling says it is alive every second (SHARE_ALIVE). Ranks
-  // found dead are not waited on again.
-  const double deadline = now_s() + opt.failure_timeout_s;
+  // A rank of the node that is lost (heartbeats stopped for the failure timeout, or its process
+  // gone) has died (its replica, which is ours, goes down with it); a puller still pulling is
+  // waited for while its heartbeats come. Ranks found dead are not waited on again.
   std::set<int> dead;
   // Waits until `want` holds every live rank of `from` for this sync (messages of either kind
-  // kept as they come), at most until the deadline; returns those seen.
-  auto await = [&](const std::vector<int>& from, std::set<std::pair<int, int>>& want) {
+  // kept as they come), or the rest are lost; returns those seen.
+  auto await = [&](const std::vector<int>& from, std::set<std::pair<int, int>>& want, const char* phase) {
     std::set<int> seen;
-    size_t live = 0;
-    for (int p : from) live += !dead.count(p);
     const double t0 = now_s();
     IdleBackoff backoff;
     for (;;) {
-      double until = deadline;  // the latest a silent rank of `from` may still be heard from
+      int pending = -1;
       for (int p : from) {
         if (!dead.count(p) && want.erase({sync_index, p})) seen.insert(p);
-        auto a = consumer_side.share_alive.find(p);
-        if (a != consumer_side.share_alive.end()) until = std::max(until, a->second + opt.failure_timeout_s);
+        if (!dead.count(p) && !seen.count(p) && this->lost(p)) dead.insert(p);
+        if (!dead.count(p) && !seen.count(p) && pending < 0) pending = p;
       }
-      if (seen.size() == live || now_s() > until) break;
+      if (pending < 0) break;
+      waiting(phase, pending);
       CtrlMsg m;
       if (transport->poll(&m)) {
         if (m.type == kMsgShareReady) consumer_side.share_ready.insert({m.a, m.from});
         else if (m.type == kMsgShareDone) consumer_side.share_done.insert({m.a, m.from});
-        else if (m.type == kMsgShareAlive) consumer_side.share_alive[m.from] = now_s();
         else throw Error("consumer: unexpected message " + std::to_string(m.type) + " while copying in the node");
         beat();
         continue;
@@ -402,15 +390,17 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
   };
   // This rank's live weights are complete: its sharers may read them. Sent before waiting on
   // its own pullers, so that no two ranks wait on each other. A sharer that died never takes
-  // its message: the send is dropped after the failure timeout, so that no later flush waits.
+  // its message: the send is dropped once it is lost, so that no later flush waits.
   send_all(s.sharers, kMsgShareReady);
-  if (!s.sharers.empty())
-    for (int r : transport->flush_sends_within(std::max(0.0, deadline - now_s()))) {
+  if (!s.sharers.empty()) {
+    waiting("telling this node's sharers the live weights are complete");
+    for (int r : transport->flush_sends_unless(lost_fn())) {
       transport->forget_peer(r);
       dead.insert(r);
     }
+  }
   if (!s.shares.empty()) {
-    const std::set<int> ready = await(s.pullers, consumer_side.share_ready);
+    const std::set<int> ready = await(s.pullers, consumer_side.share_ready, "waiting for this node's pullers (SHARE_READY)");
     for (int p : s.pullers)
       if (!ready.count(p)) dead.insert(p);
     // The copies: one read a contiguous run, from the puller's live weights into ours (the same
@@ -452,7 +442,7 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
     // pullers that keep progressing until their sharers are done.
     send_all(std::vector<int>(ready.begin(), ready.end()), kMsgShareDone);
   }
-  if (!s.sharers.empty()) await(s.sharers, consumer_side.share_done);
+  if (!s.sharers.empty()) await(s.sharers, consumer_side.share_done, "waiting for this node's sharers (SHARE_DONE)");
   beat();
 }
 

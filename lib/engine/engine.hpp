@@ -69,16 +69,28 @@ struct SyncOptions {
   int corrupt_at_sync = -1;
   enum class CorruptIn : uint8_t { kAny, kFp8Code, kFp8Scale } corrupt_in = CorruptIn::kAny;  // where that bit is
   int stale_at_sync = -1;
-  // Fault handling: a consumer silent for this long while a trainer waits on it is dead,
-  // and its whole replica is taken down; test hooks kill or slow one inference rank.
+  // Fault handling (liveness.cpp, lib/comm/heartbeats.hpp): a rank whose heartbeats stop for
+  // this long, or whose process is gone, is lost; a busy rank, whose heartbeats go on, never is.
+  // With failure tolerance on, a lost inference rank is dead and its whole replica is taken
+  // down while the run goes on; a lost trainer rank, a rank lost during a broadcast, or any
+  // lost rank with tolerance off ends the run on every survivor with one line (status 5).
+  // Test hooks kill, slow or stall one inference rank.
   double failure_timeout_s = 10.0;
+  bool tolerate_failures = false;
   int fail_at_sync = -1, fail_rank = -1;   // that world rank SIGKILLs itself mid-sync
   int slow_rank = -1;                      // that world rank sleeps after every chunk
   int slow_ms = 0;
+  // Test hook: at sync `stall_at_sync` of each engine, inference world rank `stall_rank` sleeps
+  // `stall_s` seconds in its process step or at the start of its verification (a busy rank: its
+  // heartbeats go on, so it must not be taken for dead).
+  enum class StallIn : uint8_t { kProcess, kVerify };
+  int stall_at_sync = -1, stall_rank = -1;
+  StallIn stall_in = StallIn::kProcess;
+  double stall_s = 0;
   // Rejoin: trainers publish how to reach them in this directory (a replacement reads it).
   std::string rendezvous;
-  // A rank inside the run that sees no progress for this long exits (status 4) instead of
-  // hanging: the job cannot survive a trainer's death, or any death during a broadcast.
+  // A rank inside the run that sees no progress for this long exits (status 4) with one line
+  // naming the phase and the peer it waited for, instead of hanging (a peer alive but stuck).
   // 0: never.
   double stall_timeout_s = 120.0;
 

@@ -1,8 +1,11 @@
 // The engines' set-up and public API: state of each side, schedules and routes per engine
 // row, registration, one sync (dispatching to the row's delivery), link measurement.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "common/error.hpp"
 #include "common/table.hpp"
@@ -322,6 +325,22 @@ double Engines::bootstrap() {
     }
   }
   impl_->transport->bootstrap(impl_->world.comm, reg);
+  // Heartbeats: rank 0 draws the job's token; every rank learns every rank's contact.
+  Impl& m = *impl_;
+  uint64_t token = 0;
+  if (m.world.rank == 0) {
+    std::random_device rd;
+    token = (uint64_t(rd()) << 32 | rd()) ^ uint64_t(getpid());
+  }
+  MPI_CHECK(MPI_Bcast(&token, 1, MPI_UINT64_T, 0, m.world.comm));
+  m.heartbeats = std::make_unique<Heartbeats>(m.world.rank, m.world.size, token);
+  const std::vector<uint8_t> mine = m.heartbeats->contact();
+  std::vector<uint8_t> all(mine.size() * size_t(m.world.size));
+  MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_BYTE, all.data(), int(mine.size()), MPI_BYTE, m.world.comm));
+  std::vector<std::vector<uint8_t>> contacts(size_t(m.world.size));
+  for (int r = 0; r < m.world.size; ++r)
+    if (r != m.world.rank) contacts[size_t(r)].assign(all.begin() + long(size_t(r) * mine.size()), all.begin() + long(size_t(r + 1) * mine.size()));
+  m.start_heartbeats(contacts);
   impl_->publish_contact();
   MPI_CHECK(MPI_Barrier(impl_->world.comm));
   return now_s() - t0;
@@ -335,6 +354,7 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
     if (sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()) stale = m.trainer_side.shards->shards().front().hf;
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
+    m.waiting("at the trainers' barrier before a sync");
     MPI_CHECK(MPI_Barrier(m.world.trainers));
     m.trainer_side.shards->fill(version, m.opt.updates, stale);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
@@ -372,9 +392,10 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
           m.liveness.notified_down[size_t(r)] = 1;
         }
       }
-      // Before any blocking collective (broadcast); a consumer that cannot take its START
+      // Before any blocking collective (broadcast); a consumer lost before it took its START
       // is dead (its reports will not be awaited).
-      for (int c : m.transport->flush_sends_within(m.opt.failure_timeout_s))
+      m.waiting("sending START to the inference ranks");
+      for (int c : m.transport->flush_sends_unless(m.lost_fn()))
         if (c >= m.world.num_trainers) m.declare_dead(c);
     }
     if (skip) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "comm/heartbeats.hpp"
 #include "engine/collectives.hpp"
 #include "device/delta.hpp"
 #include "device/device.hpp"
@@ -36,7 +37,6 @@ enum MsgType : uint32_t {
   kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
   kMsgShareReady = 11,  // --dedupe-node, puller to its sharers: a = sync index; its live weights are complete
   kMsgShareDone = 12,   // --dedupe-node, sharer to its pullers: a = sync index; its copies from them are done
-  kMsgShareAlive = 13,  // --dedupe-node, puller to its sharers while it still pulls (every second): alive
 };
 
 // How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
@@ -166,10 +166,8 @@ struct ConsumerSide {
   // replacement), and READYs that overtook the START they belong to.
   std::optional<CtrlMsg> pending_start;
   std::deque<CtrlMsg> stashed_readies;
-  // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender),
-  // and when each puller was last heard from (SHARE_ALIVE).
+  // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender).
   std::set<std::pair<int, int>> share_ready, share_done;
-  std::map<int, double> share_alive;
   bool stood_down = false, finish_seen = false, finish_degraded = false;
 };
 
@@ -194,8 +192,8 @@ struct RejoinState {
 // trainers' weights itself, written in place in the live weights. Mapped (CUDA IPC): one
 // copy launch per trainer through the mapping; otherwise one-sided gets between the
 // registered regions, at most a chunk each, a bounded number in flight. When every read
-// from a trainer has completed the trainer is told (READ_DONE); until then it hears a
-// keep-alive every second, so a long read is not taken for a dead consumer.
+// from a trainer has completed the trainer is told (READ_DONE); a long read is not taken for
+// a dead consumer while its heartbeats come.
 class OnePassReads {
  public:
   // Reads in flight count into `busy` (the consumer's transfer time).
@@ -204,9 +202,7 @@ class OnePassReads {
   // anything happened.
   template <class F>
   bool step(RankStats& st, F&& landed) {
-    bool any = post(st) | complete(st, [&] { landed(); });
-    keep_alive(st);
-    return any;
+    return post(st) | complete(st, [&] { landed(); });
   }
   bool done() const { return left_.empty(); }
   int64_t bytes() const { return bytes_; }
@@ -220,7 +216,6 @@ class OnePassReads {
   };
   bool post(RankStats& st);
   bool complete(RankStats& st, const std::function<void()>& landed);
-  void keep_alive(RankStats& st);
   void finished(int trainer, RankStats& st);
   Engines::Impl& m_;
   BusyTime& busy_;
@@ -230,7 +225,6 @@ class OnePassReads {
   std::map<int, Fence> launched_;  // mapped: trainer -> its copy's fence
   int64_t bytes_ = 0;
   uint8_t* first_dst_ = nullptr;
-  double last_keep_alive_ = 0;
 };
 
 struct Engines::Impl {
@@ -292,17 +286,41 @@ struct Engines::Impl {
   void declare_dead(int rank);
   void take_down_replicas();           // rank 0: down = every replica with a dead member
 
+  // Liveness (liveness.cpp): heartbeats to and from every peer, started at bootstrap (or join).
+  std::unique_ptr<Heartbeats> heartbeats;
+  void start_heartbeats(const std::vector<std::vector<uint8_t>>& contacts);  // by world rank; empty: unknown
+  // Whether `rank` is lost (heartbeats silent past the failure timeout, or its process gone).
+  bool lost(int rank) const { return heartbeats && heartbeats->lost(rank); }
+  std::function<bool(int)> lost_fn() const {
+    return [this](int r) { return lost(r); };
+  }
+  // On the heartbeat thread: a loss the run cannot survive ends this process with one line.
+  void on_peer_lost(int peer, const PeerLoss& why);
+  // "rank 3 (inference, replica 1)" / "rank 1 (trainer)"
+  std::string describe_rank(int rank) const;
+  // Prints `line` (once per process: a loss and the stall watchdog never both) and ends the
+  // process with `status`: a rank blocked in a collective cannot be unwound.
+  [[noreturn]] void end_process(const std::string& line, int status);
+  std::atomic<bool> in_broadcast{false};  // a collective over every rank: no loss survivable
+
   Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,
        const std::vector<RankPlan>& p, const SyncOptions& o);
   ~Impl();
 
   // Stall watchdog: armed from the first sync to the end of the run; every step of
-  // progress (a message, a landed chunk, a bucket, a collective) beats it.
+  // progress (a message, a landed chunk, a bucket, a collective) beats it. What the rank
+  // waits for (a phase, and a peer or -1) is named when it fires.
   std::atomic<double> last_beat{0};
   std::atomic<bool> armed{false}, stop_watchdog{false};
+  std::atomic<const char*> wait_phase{"starting"};
+  std::atomic<int> wait_peer{-1};
   std::thread watchdog;
   void start_watchdog();
   void beat() { last_beat.store(now_s(), std::memory_order_relaxed); }
+  void waiting(const char* phase, int peer = -1) {
+    wait_phase.store(phase, std::memory_order_relaxed);
+    wait_peer.store(peer, std::memory_order_relaxed);
+  }
   void arm() {
     beat();
     armed = true;
@@ -320,6 +338,8 @@ struct Engines::Impl {
   RankStats run_broadcast_trainer(int sync_index, uint64_t version);
   RankStats run_broadcast_consumer(int sync_index, uint64_t version);
   void verify(uint64_t version, RankStats& st, const std::set<int32_t>& skip_entries = {});
+  // Test hook (SyncOptions::stall_at_sync): this rank sleeps here if the hook names it.
+  void stall_for_test(SyncOptions::StallIn where, int sync_index);
   // FP8 targets (quantize.cpp): the live FP8 weights; the quantization of a group's (every
   // group's: -1) quantized parameters whose bf16 values lie at bf16 + param_offset - bf16_offset,
   // into the live FP8 weights or into codes/scales (one parameter's, only_param); the process

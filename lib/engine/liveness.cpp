@@ -1,16 +1,59 @@
 // Liveness: which inference ranks are dead or down (rank 0 decides, trainers learn it at
-// every sync boundary), the end-of-sync reports (a consumer that does not report within the
-// failure timeout is dead and its replica goes down), the end of the run, and the stall
-// watchdog that ends a rank which sees no progress where no death can be survived.
+// every sync boundary), the end-of-sync reports (rank 0 waits for a consumer while its
+// heartbeats come: a slow reply is not a death), the end of the run, what a lost peer means
+// (lib/comm/heartbeats.hpp tells which are lost), and the stall watchdog that ends a rank
+// which sees no progress while its peers live.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/table.hpp"  // fmt_fixed
 #include "engine/internal.hpp"
 
 namespace shardsync {
+
+std::string Engines::Impl::describe_rank(int rank) const {
+  if (rank < world.num_trainers) return "rank " + std::to_string(rank) + " (trainer)";
+  return "rank " + std::to_string(rank) + " (inference, replica " +
+         std::to_string(inference.coord(rank - world.num_trainers).replica) + ")";
+}
+
+void Engines::Impl::end_process(const std::string& line, int status) {
+  static std::atomic<bool> ending{false};
+  if (!ending.exchange(true)) {
+    std::fprintf(stderr, "shardsync: %s\n", line.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(status);
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the other thread is ending it
+}
+
+void Engines::Impl::start_heartbeats(const std::vector<std::vector<uint8_t>>& contacts) {
+  for (int r = 0; r < world.size; ++r)
+    if (!contacts[size_t(r)].empty()) heartbeats->set_peer(r, contacts[size_t(r)]);
+  heartbeats->start(opt.failure_timeout_s, [this](int peer, const PeerLoss& why) { on_peer_lost(peer, why); });
+}
+
+void Engines::Impl::on_peer_lost(int peer, const PeerLoss& why) {
+  std::string cannot;
+  if (!opt.tolerate_failures)
+    cannot = "failure tolerance is off (--failure-tolerance)";
+  else if (peer < world.num_trainers)
+    cannot = "a trainer rank cannot be lost (its shards have no other copy)";
+  else if (in_broadcast)
+    cannot = "a broadcast cannot lose a rank (a collective over every rank)";
+  else
+    return;  // an inference rank: the engine's loops declare it dead and its replica goes down
+  const std::string timeout =
+      why.kind == PeerLoss::Kind::kSilent ? " (--failure-timeout " + fmt_fixed(opt.failure_timeout_s, 1) + ")" : "";
+  heartbeats->announce_loss(peer, why);  // the others name this loss, not this rank's end
+  end_process(describe_rank(world.rank) + ": " + describe_rank(peer) + " lost: " + why.describe() + timeout + "; " +
+                  cannot + ": exiting",
+              5);
+}
 
 std::vector<int> Engines::Impl::consumers_of_local(int local_rank) const {
   std::vector<int> out;
@@ -42,18 +85,22 @@ void Engines::Impl::take_down_replicas() {
 }
 
 void Engines::Impl::start_watchdog() {
-  watchdog = std::thread([this, where = where_am_i()] {  // no MPI calls on this thread
+  watchdog = std::thread([this] {  // no MPI calls on this thread
     while (!stop_watchdog) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       double idle = now_s() - last_beat.load(std::memory_order_relaxed);
       if (!armed || idle < opt.stall_timeout_s) continue;
-      std::fprintf(stderr,
-                   "shardsync: %s: no progress for %.0f s inside the run: a rank has likely died "
-                   "where the job "
-                   "cannot survive it (a trainer rank, or any rank during a broadcast); exiting\n",
-                   where.c_str(), idle);
-      std::fflush(stderr);
-      std::_Exit(4);
+      const int peer = wait_peer.load(std::memory_order_relaxed);
+      std::string on;
+      if (peer >= 0) {
+        on = " on " + describe_rank(peer);
+        const double silent = heartbeats ? heartbeats->silent_s(peer) : -1;
+        if (silent >= 0) on += " (its last heartbeat " + fmt_fixed(silent, 1) + " s ago)";
+      }
+      end_process(describe_rank(world.rank) + ": no progress for " + fmt_fixed(idle, 0) + " s while " +
+                      wait_phase.load(std::memory_order_relaxed) + on +
+                      "; a step that takes longer needs a longer --stall-timeout: exiting",
+                  4);
     }
   });
 }
@@ -78,7 +125,15 @@ bool Engines::finish() {
     ~Disarm() { m.armed = false; }
   } disarm{m};
   int degraded = m.liveness.failures ? 1 : 0;
+  // Past the FINISH every rank may leave: peers say so (not a loss) as they go.
+  struct Leave {
+    Impl& m;
+    ~Leave() {
+      if (m.heartbeats) m.heartbeats->leave();
+    }
+  } leave{m};
   if (m.world.trainer) {
+    m.waiting("ending the run (the trainers' reduction)");
     int any = 0;
     MPI_CHECK(MPI_Allreduce(&degraded, &any, 1, MPI_INT, MPI_MAX, m.world.trainers));
     degraded = any;
@@ -111,11 +166,13 @@ bool Engines::finish() {
       fin.a = degraded;
       for (int r = m.world.num_trainers; r < m.world.size; ++r)
         if (!m.liveness.dead[size_t(r)]) m.transport->send(r, fin);
-      m.transport->flush_sends_within(m.opt.failure_timeout_s);
+      m.waiting("ending the run (FINISH to the inference ranks)");
+      m.transport->flush_sends_unless(m.lost_fn());
     }
     return degraded != 0;
   }
   // Consumers wait for FINISH (stood-down ranks may have seen it already).
+  m.waiting("waiting for the end of the run (FINISH)", 0);
   while (m.wait_start_or_finish())
     m.consumer_side.pending_start.reset();  // a START now would be a bug of rank 0
   return m.consumer_side.finish_degraded;
@@ -135,6 +192,7 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
     return all;
   }
   std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
+  m.waiting("gathering the trainers' stats");
   MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine),
                        MPI_BYTE, 0, m.world.trainers));
   // Consumers any trainer declared dead in this sync.
@@ -158,19 +216,20 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   std::vector<int> missing;
   for (int r : m.liveness.live_at_start)
     if (!m.liveness.dead[size_t(r)]) missing.push_back(r);
+  // A consumer still verifying (or busy otherwise) is waited for while its heartbeats come;
+  // a lost one is dead.
   IdleBackoff wait_backoff;
-  double deadline = now_s() + m.opt.failure_timeout_s;
   while (!missing.empty()) {
+    m.waiting("collecting the inference ranks' reports", missing.front());
     CtrlMsg msg;
     if (!m.liveness.early_reports.empty()) {
       msg = std::move(m.liveness.early_reports.front());
       m.liveness.early_reports.pop_front();
     } else if (!m.transport->poll(&msg)) {
       m.transport->progress();
-      if (now_s() > deadline) {  // silent past the failure timeout: dead
-        for (int r : missing) m.declare_dead(r);
-        break;
-      }
+      for (int r : missing)
+        if (m.lost(r)) m.declare_dead(r);
+      std::erase_if(missing, [&](int r) { return m.liveness.dead[size_t(r)] != 0; });
       wait_backoff.pause();
       continue;
     }
@@ -187,7 +246,6 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
     std::memcpy(&all[size_t(msg.from)], msg.payload.data(), sizeof(RankStats));
     m.beat();
     missing.erase(std::remove(missing.begin(), missing.end(), msg.from), missing.end());
-    deadline = now_s() + m.opt.failure_timeout_s;
   }
   m.take_down_replicas();
   return all;

@@ -7,11 +7,9 @@ namespace shardsync {
 
 namespace {
 constexpr size_t kMaxGetsInFlight = 16;
-constexpr double kKeepAliveS = 1.0;
 }  // namespace
 
 OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy) : m_(m), busy_(busy) {
-  last_keep_alive_ = now_s();
   const ConsumerSide& cs = m.consumer_side;
   for (const auto& [t, pieces] : s.direct) {
     const WeightsLayout& w = m.weights_of(t);
@@ -102,16 +100,6 @@ void OnePassReads::finished(int trainer, RankStats& st) {
   CtrlMsg done{kMsgReadDone, -1, m_.world.local_rank, 0, 1, 0, 0, 0, {}};
   m_.transport->send(trainer, done);
   ++st.messages;
-}
-
-void OnePassReads::keep_alive(RankStats& st) {
-  if (left_.empty() || now_s() - last_keep_alive_ < kKeepAliveS) return;
-  last_keep_alive_ = now_s();
-  for (const auto& [t, bytes] : left_) {
-    CtrlMsg alive{kMsgReadDone, -1, m_.world.local_rank, 0, 0, 0, 0, 0, {}};
-    m_.transport->send(t, alive);
-    ++st.messages;
-  }
 }
 
 }  // namespace shardsync

@@ -44,14 +44,8 @@ struct UnitWork {
   int64_t staged = 0;       // staging bytes counted for this unit
 };
 
-// When each consumer was last heard from, and how many chunks it still owes a DONE for.
-struct Liveness {
-  std::map<int, double> last_heard;
-  std::map<int, int> owed;
-};
-
 // One sync of a sharded engine on a trainer rank, in named steps: receive() takes requests
-// and DONEs, drop_silent() declares consumers dead, start_gathers() keeps the engine's depth
+// and DONEs, drop_lost() declares lost consumers dead, start_gathers() keeps the engine's depth
 // of units in flight, advance() moves each unit through gather -> pack rounds -> READY ->
 // release.
 class Producer {
@@ -82,8 +76,7 @@ class Producer {
       if (sched_.direct_bytes[size_t(l)] > 0)
         for (int c : m.consumers_of_local(l)) {
           direct_waiting_[c] = sched_.direct_bytes[size_t(l)];
-          ++peers_.owed[c];
-          peers_.last_heard[c] = now_s();
+          ++owed_[c];
         }
   }
 
@@ -94,7 +87,7 @@ class Producer {
       bool progressed = receive();
       if (now_s() > next_check) {
         next_check = now_s() + 0.1;
-        drop_silent();
+        drop_lost();
       }
       m_.transport->progress();
       start_gathers();
@@ -102,7 +95,8 @@ class Producer {
       pace(progressed);
     }
     // A consumer that died after its last DONE may still hold undelivered messages.
-    for (int c : m_.transport->flush_sends_within(m_.opt.failure_timeout_s))
+    m_.waiting("delivering this sync's last messages");
+    for (int c : m_.transport->flush_sends_unless(m_.lost_fn()))
       if (c >= m_.world.num_trainers && !m_.liveness.dead[size_t(c)]) {
         m_.declare_dead(c);
         ++st_.peers_lost;
@@ -134,17 +128,15 @@ class Producer {
   }
 
   void handle(const CtrlMsg& msg) {
-    if (msg.from >= 0) peers_.last_heard[msg.from] = now_s();
     if (msg.type == kMsgRequest) {
       take_request(msg);
     } else if (msg.type == kMsgDone) {
       take_done(msg);
     } else if (msg.type == kMsgReadDone) {
-      if (msg.c == 0) return;  // a keep-alive: still reading
       auto it = direct_waiting_.find(msg.from);
       if (it != direct_waiting_.end() && !m_.liveness.dead[size_t(msg.from)]) {
         st_.bytes_out += it->second;
-        --peers_.owed[msg.from];
+        --owed_[msg.from];
         direct_waiting_.erase(it);
       }
     } else if (msg.type == kMsgReport && m_.world.rank == 0) {
@@ -174,26 +166,32 @@ class Producer {
     PackedChunk& pc = w.locals.at(size_t(msg.c)).packed.at(size_t(msg.b));
     if (pc.waiting.erase(msg.from)) {
       --w.outstanding;
-      --peers_.owed[msg.from];
+      --owed_[msg.from];
       release_chunk(pc);
     }
   }
 
   // ---- liveness --------------------------------------------------------------------------
 
-  // A consumer silent past the failure timeout while it owes DONEs is dead.
-  void drop_silent() {
-    std::vector<int> silent;
-    for (auto& [c, owed] : peers_.owed)
-      if (owed > 0 && now_s() - peers_.last_heard[c] > m_.opt.failure_timeout_s) silent.push_back(c);
-    for (int c : silent) drop_consumer(c);
+  // A consumer that owes DONEs (or a READ_DONE) and is lost (its heartbeats stopped for the
+  // failure timeout, or its process is gone) is dead; a slow one is waited for. The stall
+  // watchdog names one that owes.
+  void drop_lost() {
+    std::vector<int> lost;
+    int owing = -1;
+    for (auto& [c, owed] : owed_) {
+      if (owed > 0 && m_.lost(c)) lost.push_back(c);
+      if (owed > 0 && owing < 0) owing = c;
+    }
+    for (int c : lost) drop_consumer(c);
+    m_.waiting("serving a sync's pulls (DONE or READ_DONE owed)", owing);
   }
 
   // Stop waiting for a dead consumer everywhere (its replica goes down at the sync boundary).
   void drop_consumer(int c) {
     m_.declare_dead(c);
     ++st_.peers_lost;
-    peers_.owed.erase(c);
+    owed_.erase(c);
     direct_waiting_.erase(c);
     for (auto& [u, w] : active_)
       for (LocalRankWork& lw : w->locals)
@@ -431,8 +429,7 @@ class Producer {
       PackedChunk& pc = lw.packed[lw.next];
       const int64_t bytes = m_.opt.delta ? records[i].bytes : ch.bytes;
       pc = PackedChunk{pc.offset, bytes, pc.held, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
-      for (int c : consumers)
-        if (!peers_.owed[c]++ && !peers_.last_heard.count(c)) peers_.last_heard[c] = now_s();
+      for (int c : consumers) ++owed_[c];
       w.outstanding += int64_t(consumers.size());
       st_.bytes_out += bytes * int64_t(consumers.size());
       if (consumers.empty()) release_chunk(pc);
@@ -503,7 +500,7 @@ class Producer {
   std::map<int32_t, std::unique_ptr<UnitWork>> active_;
   int next_gather_ = 0, released_ = 0;
   IdleBackoff backoff_;
-  Liveness peers_;
+  std::map<int, int> owed_;  // per consumer: DONEs (and a READ_DONE) it still owes this sync
   std::map<int, int64_t> direct_waiting_;  // consumers reading this rank's weights in one pass: their bytes
   bool anchor_ = false;                    // --delta: every chunk goes whole this sync
 };

@@ -1,8 +1,9 @@
 // Rejoin: a replacement process takes the place of a dead inference rank while the job
 // runs. The dead MPI rank cannot come back, so the replacement never touches MPI: trainers
 // publish their transport contacts (worker address, send buffer and its key) in a
-// rendezvous directory at start-up; the replacement reads them, opens endpoints, and sends
-// JOIN to rank 0. At the next sync boundary rank 0 takes it (the rank must have been
+// rendezvous directory at start-up, with their heartbeat contacts; the replacement reads them,
+// opens endpoints, starts its heartbeats to the trainers, and sends JOIN to rank 0 (with its
+// own heartbeat contact, which every trainer watches once it is taken). At the next sync boundary rank 0 takes it (the rank must have been
 // declared dead; model, layouts and chunking must match), every trainer opens an endpoint
 // back, and the replica comes up again once none of its ranks is dead. From then on the
 // replacement is an ordinary consumer: it pulls each version in full and verifies it.
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "common/error.hpp"
 #include "engine/internal.hpp"
@@ -19,7 +21,7 @@ namespace shardsync {
 
 namespace {
 
-constexpr char kContactTag[] = "shardsync-contact 1\n";
+constexpr char kContactTag[] = "shardsync-contact 2\n";
 
 std::string contact_path(const std::string& dir, int rank) {
   return dir + "/trainer-" + std::to_string(rank) + ".contact";
@@ -50,14 +52,15 @@ bool get_bytes(const std::vector<uint8_t>& in, size_t* pos, std::vector<uint8_t>
 std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 std::string as_string(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
 
-// A trainer's contact file: tag, world size, fingerprint, transport contact.
+// A trainer's contact file: tag, world size, fingerprint, transport contact, heartbeat contact.
 void write_contact_file(const std::string& dir, int rank, int world_size, const std::string& fingerprint,
-                        const std::vector<uint8_t>& contact) {
+                        const std::vector<uint8_t>& contact, const std::vector<uint8_t>& heartbeat) {
   std::vector<uint8_t> body(kContactTag, kContactTag + sizeof kContactTag - 1);
   put_u32(body, uint32_t(rank));
   put_u32(body, uint32_t(world_size));
   put_bytes(body, as_bytes(fingerprint));
   put_bytes(body, contact);
+  put_bytes(body, heartbeat);
   std::string path = contact_path(dir, rank), tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -68,12 +71,14 @@ void write_contact_file(const std::string& dir, int rank, int world_size, const 
     throw InputError(dir, "--rendezvous", "cannot rename " + tmp + " to " + path);
 }
 
-std::vector<uint8_t> read_contact_file(const std::string& path, int rank, int world_size, const std::string& fingerprint) {
+// The transport contact and the heartbeat contact of trainer `rank`.
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> read_contact_file(const std::string& path, int rank, int world_size,
+                                                                      const std::string& fingerprint) {
   std::ifstream f(path, std::ios::binary);
   std::vector<uint8_t> body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   size_t tag = sizeof kContactTag - 1;
   if (body.size() < tag + 8 || std::memcmp(body.data(), kContactTag, tag) != 0)
-    throw InputError(path, "(file)", "not a shardsync contact file");
+    throw InputError(path, "(file)", "not a shardsync contact file of this version (" + std::string(kContactTag, tag - 1) + ")");
   uint32_t r = 0, n = 0;
   std::memcpy(&r, body.data() + tag, 4);
   std::memcpy(&n, body.data() + tag + 4, 4);
@@ -82,13 +87,14 @@ std::vector<uint8_t> read_contact_file(const std::string& path, int rank, int wo
     throw InputError(path, "world size", "the job has " + std::to_string(n) + " ranks; this replacement's layouts need " +
                                              std::to_string(world_size));
   size_t pos = tag + 8;
-  std::vector<uint8_t> fp, contact;
-  if (!get_bytes(body, &pos, &fp) || !get_bytes(body, &pos, &contact) || pos != body.size())
+  std::vector<uint8_t> fp, contact, heartbeat;
+  if (!get_bytes(body, &pos, &fp) || !get_bytes(body, &pos, &contact) || !get_bytes(body, &pos, &heartbeat) ||
+      pos != body.size())
     throw InputError(path, "(file)", "truncated contact file");
   if (as_string(fp) != fingerprint)
     throw InputError(path, "fingerprint", "the job runs '" + as_string(fp) + "'; this replacement was started for '" +
                                               fingerprint + "' (use the job's model, layouts and buffer options)");
-  return contact;
+  return {contact, heartbeat};
 }
 
 }  // namespace
@@ -105,7 +111,7 @@ std::string Engines::Impl::fingerprint() const {
 
 void Engines::Impl::publish_contact() {
   if (opt.rendezvous.empty() || !world.trainer) return;
-  write_contact_file(opt.rendezvous, world.rank, world.size, fingerprint(), transport->contact());
+  write_contact_file(opt.rendezvous, world.rank, world.size, fingerprint(), transport->contact(), heartbeats->contact());
 }
 
 void Engines::Impl::withdraw_contact() {
@@ -128,8 +134,9 @@ void Engines::Impl::accept_joins(uint64_t version) {
     std::vector<CtrlMsg> keep;
     for (CtrlMsg& j : rejoin.pending_joins) {
       size_t pos = 0;
-      std::vector<uint8_t> contact, fp;
-      if (!get_bytes(j.payload, &pos, &contact) || !get_bytes(j.payload, &pos, &fp)) continue;  // malformed: ignore
+      std::vector<uint8_t> contact, fp, heartbeat;
+      if (!get_bytes(j.payload, &pos, &contact) || !get_bytes(j.payload, &pos, &fp) || !get_bytes(j.payload, &pos, &heartbeat))
+        continue;  // malformed: ignore
       auto refuse = [&](const std::string& why) {
         CtrlMsg r;
         r.type = kMsgReject;
@@ -151,6 +158,7 @@ void Engines::Impl::accept_joins(uint64_t version) {
         liveness.dead[size_t(r)] = 0;
         put_u32(taken, uint32_t(r));
         put_bytes(taken, contact);
+        put_bytes(taken, heartbeat);
         rejoin.last.push_back(RejoinEvent{r, inference.coord(r - world.num_trainers).replica, version, false});
       }
     }
@@ -180,9 +188,11 @@ void Engines::Impl::accept_joins(uint64_t version) {
     uint32_t r = 0;
     std::memcpy(&r, taken.data() + pos, 4);
     pos += 4;
-    std::vector<uint8_t> contact;
-    if (!get_bytes(taken, &pos, &contact)) throw Error("rejoin: malformed list of replacements");
+    std::vector<uint8_t> contact, heartbeat;
+    if (!get_bytes(taken, &pos, &contact) || !get_bytes(taken, &pos, &heartbeat))
+      throw Error("rejoin: malformed list of replacements");
     transport->accept_peer(int(r), contact);
+    heartbeats->set_peer(int(r), heartbeat);  // watched from now on, as a new process
   }
 }
 
@@ -222,7 +232,7 @@ double Engines::join(double timeout_s) {
   if (m.opt.rendezvous.empty()) throw InputError("--rendezvous", "", "a replacement needs the job's rendezvous directory");
   if (!m.transport->supports_rejoin())
     throw InputError("--transport", m.opt.transport, "cannot take a replacement (rejoin needs ucx)");
-  std::vector<std::vector<uint8_t>> contacts(size_t(m.world.size));
+  std::vector<std::vector<uint8_t>> contacts(size_t(m.world.size)), beats(size_t(m.world.size));
   for (int r = 0; r < m.world.num_trainers; ++r) {
     std::string path = contact_path(m.opt.rendezvous, r);
     while (!std::filesystem::exists(path)) {
@@ -231,8 +241,13 @@ double Engines::join(double timeout_s) {
                                              " s (is the job running with --rendezvous " + m.opt.rendezvous + "?)");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    contacts[size_t(r)] = read_contact_file(path, r, m.world.size, m.fingerprint());
+    std::tie(contacts[size_t(r)], beats[size_t(r)]) = read_contact_file(path, r, m.world.size, m.fingerprint());
   }
+  // Heartbeats with the job's token, to and from the trainers (a replacement exists only in a
+  // run that tolerates failures; a lost trainer ends it).
+  m.opt.tolerate_failures = true;
+  m.heartbeats = std::make_unique<Heartbeats>(m.world.rank, m.world.size, Heartbeats::token_of(beats[0]));
+  m.start_heartbeats(beats);
   Registration reg;
   reg.kind = m.device->kind();
   reg.landing_base = m.consumer_side.registered.data();
@@ -242,6 +257,7 @@ double Engines::join(double timeout_s) {
   j.type = kMsgJoin;
   put_bytes(j.payload, m.transport->contact());
   put_bytes(j.payload, as_bytes(m.fingerprint()));
+  put_bytes(j.payload, m.heartbeats->contact());
   m.transport->send(0, j);
   m.transport->flush_sends();
   return now_s() - t0;
@@ -249,8 +265,10 @@ double Engines::join(double timeout_s) {
 
 bool Engines::serve_next(double timeout_s, RankStats* out, EngineKind* engine, uint64_t* version) {
   Impl& m = *impl_;
+  m.waiting("waiting for a sync's START (a replacement)", 0);
   if (!m.wait_start_or_finish(timeout_s)) {
     m.armed = false;
+    m.heartbeats->leave();  // the end of the run: leaving is not a loss
     return false;
   }
   if (!m.armed) m.arm();  // taken back: from now on an ordinary consumer

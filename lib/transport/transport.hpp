@@ -87,11 +87,12 @@ class Transport {
   virtual void progress() = 0;
   // Completes every outstanding send (called before the rank leaves a phase).
   virtual void flush_sends() = 0;
-  // As flush_sends, but gives up after timeout_s: returns the peers whose sends are still
-  // pending (presumed dead; their sends are dropped). Transports without failure handling
-  // wait for everything.
-  virtual std::vector<int> flush_sends_within(double timeout_s) {
-    (void)timeout_s;
+  // As flush_sends, but gives up on a peer with sends pending once `lost(peer)` says it is lost
+  // (its heartbeats stopped: liveness is the engine's, not the transport's); returns those
+  // peers (their sends are dropped). A slow peer is waited for. Transports without failure
+  // handling wait for everything.
+  virtual std::vector<int> flush_sends_unless(const std::function<bool(int)>& lost) {
+    (void)lost;
     flush_sends();
     return {};
   }

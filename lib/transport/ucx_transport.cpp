@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <cstdio>
 
 #include "transport/wire.hpp"
@@ -396,15 +397,23 @@ void UcxTransport::flush_sends() {
   while (!sends_.empty()) progress();
 }
 
-std::vector<int> UcxTransport::flush_sends_within(double timeout_s) {
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  double deadline = now() + timeout_s;
-  while (!sends_.empty() && now() < deadline) progress();
-  std::set<int> stuck;
-  for (const PendingSend& s : sends_) stuck.insert(s.peer);
-  for (int p : stuck) forget_peer(p);
-  progress();
-  return std::vector<int>(stuck.begin(), stuck.end());
+std::vector<int> UcxTransport::flush_sends_unless(const std::function<bool(int)>& lost) {
+  std::set<int> given_up;
+  for (;;) {
+    progress();
+    std::set<int> stuck;
+    for (const PendingSend& s : sends_) stuck.insert(s.peer);
+    if (stuck.empty()) break;
+    bool dropped = false;
+    for (int p : stuck)
+      if (lost(p)) {
+        forget_peer(p);  // its sends move to abandoned_ on the next progress()
+        given_up.insert(p);
+        dropped = true;
+      }
+    if (!dropped) std::this_thread::yield();
+  }
+  return std::vector<int>(given_up.begin(), given_up.end());
 }
 
 void UcxTransport::shutdown() {

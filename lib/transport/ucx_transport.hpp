@@ -24,7 +24,7 @@ class UcxTransport : public Transport {
   bool poll(CtrlMsg* msg) override;
   void progress() override;
   void flush_sends() override;
-  std::vector<int> flush_sends_within(double timeout_s) override;
+  std::vector<int> flush_sends_unless(const std::function<bool(int)>& lost) override;
   void shutdown() override;
 
   // Peers whose endpoint reported an error (filled by UCX's error callback).

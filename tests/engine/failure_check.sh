@@ -5,10 +5,21 @@
 #   selfkill  world rank 5 SIGKILLs itself mid-sync 2 (--fail-at)
 #   sigkill   this script SIGKILLs world rank 5 from outside while syncs run
 #   straggler world rank 5 sleeps after every chunk; only replica 1 may be slower
-#   trainer   this script SIGKILLs trainer rank 1: not survivable, so every rank must exit on
-#             its stall watchdog or on a transport error naming rank 1 (bounded), none may hang
+#   trainer   this script SIGKILLs trainer rank 1: not survivable, so each of the 5 survivors
+#             prints the one line naming rank 1 and exits within the failure timeout + 10 s
 #   rejoin    world rank 5 dies at sync 2; a replacement (shardsync join) takes its place
 #             through the rendezvous directory, and replica 1 comes back up verified
+#   busy-process, busy-verify
+#             world rank 5 sleeps 2.5 s (failure timeout 1 s) in its process step or before its
+#             verification at sync 1 of every engine row: busy, not dead (its heartbeats go
+#             on); every sync of every engine must pass verified with no replica down, with
+#             failure tolerance on (busy-verify) and off (busy-process: no MCA settings)
+#   stall     world rank 5 sleeps 6 s before its verification at sync 1 (--stall-timeout 2): rank 0,
+#             waiting for its report, ends on its stall watchdog with the one line naming the
+#             phase and rank 5 (alive: its heartbeats go on)
+#   lost-off  failure tolerance off (--failure-tolerance off): this script SIGKILLs world rank 5;
+#             each of the 5 survivors prints the one line naming rank 5 and exits non-zero
+#             within the failure timeout + 10 s
 # Passes when the job exits 0 with every sync of the surviving replica verified, replica 1
 # reported down (kill modes) or slower than replica 0 by a wide ratio (straggler).
 set -u
@@ -30,6 +41,18 @@ extra+=("${more[@]}")
 common=(sync --layout tiny-moe-local -e v3 --warmup 1 --failure-timeout 2 --json "$dir/out.json" "${extra[@]}")
 
 fail() { echo "FAIL ($mode): $*"; tail -40 "$log"; exit 1; }
+
+# Each rank's exit status, written to $dir/status-RANK by a wrapper around the binary (mpirun
+# itself returns 0 under the recovery settings whatever its ranks' status).
+recorded=(bash -c 'dir="$1"; shift; "$@"; echo $? >"$dir/status-$OMPI_COMM_WORLD_RANK"' _ "$dir")
+# The survivors' statuses, "RANK:STATUS ..." in rank order.
+statuses() { for f in "$dir"/status-*; do echo "${f##*-}:$(cat "$f")"; done | sort -n | tr '\n' ' '; }
+# The pid of world rank $1 of this job (the binary, not its wrapper).
+pid_of_rank() {
+  for pid in $(pgrep -f "^$ss sync"); do
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo "$pid"
+  done | head -1
+}
 
 case "$mode" in
   selfkill)
@@ -64,27 +87,26 @@ case "$mode" in
     rc=$?
     ;;
   trainer)
-    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "$ss" "${common[@]}" --syncs 200 \
-      --slow-rank 5 --slow-ms 20 --stall-timeout 3 </dev/null >"$log" 2>&1 &
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "${recorded[@]}" "$ss" "${common[@]}" --syncs 200 \
+      --slow-rank 5 --slow-ms 20 </dev/null >"$log" 2>&1 &
     job=$!
     for _ in $(seq 1 600); do grep -q "v3 sync 3/" "$log" && break; sleep 0.1; done
-    victim=""
-    for pid in $(pgrep -f "$(basename "$ss") sync"); do
-      tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$pid
-    done
+    victim=$(pid_of_rank 1)
     [[ -n "$victim" ]] || { kill -- -"$job" 2>/dev/null; fail "did not find trainer rank 1 running"; }
     kill -9 "$victim"
     wait "$job"
     rc=$?
     [[ $rc -ne 124 ]] || fail "timed out (hang) after trainer rank 1 died"
-    # Each survivor exits on its stall watchdog ("HOST:RANK: no progress ..."), or sooner where
-    # its transport reports the dead trainer ("error on rank R: ... rank 1 failed": UCX 1.22
-    # fails a get in flight to a dead peer at once, UCX 1.13 does not): 5 distinct ranks.
-    ranks=$( { sed -n 's/^shardsync: [^ ]*:\([0-9][0-9]*\): no progress for [0-9]* s inside the run.*/\1/p' "$log"
-               sed -n 's/^shardsync: error on rank \([0-9][0-9]*\): .*rank 1 failed.*/\1/p' "$log"; } | sort -u)
-    n=$(grep -c . <<<"$ranks")
-    [[ $n -ge 5 ]] || fail "expected the 5 surviving ranks to exit (stall watchdog, or an error naming trainer rank 1), saw $n: $(echo $ranks)"
-    echo "ok: trainer rank 1 killed; the $n other ranks exited ($(grep -c "no progress for" "$log") on their stall watchdog)"
+    # Each survivor sees rank 1's heartbeats end (its port closed, or silence for the failure
+    # timeout) and prints the one line, or, where its transport reports the dead trainer first,
+    # an error naming rank 1 (UCX 1.22 fails a get in flight to a dead peer at once).
+    line='^shardsync: rank ([02-5]) \((trainer|inference)[^)]*\): rank 1 \(trainer\) lost: (its process is gone|no heartbeat for [0-9.]+ s)[^;]*; a trainer rank cannot be lost \(its shards have no other copy\): exiting$'
+    ranks=$( { sed -nE "s/$line/\1/p" "$log"
+               sed -n 's/^shardsync: error on rank \([0-9][0-9]*\): .*rank 1 failed.*/\1/p' "$log"; } | sort -u | tr '\n' ' ')
+    [[ "$ranks" == "0 2 3 4 5 " ]] || fail "expected the line (or an error naming rank 1) on each of ranks 0, 2-5, saw: $ranks"
+    [[ "$(statuses)" =~ ^0:[1-9][0-9]*\ 1:137\ 2:[1-9][0-9]*\ 3:[1-9][0-9]*\ 4:[1-9][0-9]*\ 5:[1-9][0-9]*\ $ ]] ||
+      fail "expected rank 1 killed and every other rank to exit non-zero, saw: $(statuses)"
+    echo "ok: trainer rank 1 killed; ranks $ranks each exited naming it ($(grep -cE "$line" "$log") with the one line), statuses $(statuses)"
     exit 0
     ;;
   rejoin)
@@ -108,7 +130,70 @@ case "$mode" in
     grep -qE "rank 5 rejoined at weights version [0-9]+ and served [0-9]+ syncs; every byte verified" "$dir/join.log" ||
       { cat "$dir/join.log"; fail "replacement did not verify its syncs"; }
     ;;
-  *) echo "usage: $0 selfkill|sigkill|straggler|trainer|rejoin SHARDSYNC"; exit 2 ;;
+  busy-process|busy-verify)
+    in=${mode#busy-}
+    recovery=("${mca[@]}")
+    [[ $in == process ]] && recovery=()  # tolerance off: a false death would end the job
+    timeout "$limit" mpirun --oversubscribe "${recovery[@]}" -np 6 "$ss" sync --layout tiny-moe-local \
+      -e broadcast,v1,v2,v3,v4 --syncs 2 --warmup 1 --failure-timeout 1 --stall-at "sync=1,rank=5,in=$in,s=2.5" \
+      --json "$dir/out.json" "${extra[@]}" </dev/null >"$log" 2>&1
+    rc=$?
+    [[ $rc -ne 124 ]] || fail "timed out (hang)"
+    [[ $rc -eq 0 ]] || fail "exit $rc, expected 0: a busy rank was taken for dead"
+    grep -E "^# (broadcast|v[1-4]) sync" "$log" | grep -qiE "down|lost|dead" && fail "a busy rank was taken for dead"
+    for e in broadcast v1 v2 v3 v4; do
+      n=$(grep -cE "^# $e sync [0-9]+/3.*: [0-9.]+ s, 0 wrong$" "$log")
+      [[ $n -eq 3 ]] || fail "$e: expected 3 syncs verified with nothing down, saw $n"
+    done
+    python3 - "$dir/out.json" <<'EOF' || fail "the JSON shows a replica down, an event, or rank 5 unreported"
+import json, sys
+j = json.load(open(sys.argv[1]))
+ok = j["replicas_down"] == [] and not j["events"] and len(j["engines"]) == 5
+for e in j["engines"]:
+    # the stalled sync (index 1: the first timed one): rank 5 reported, nothing wrong
+    ok = ok and any(r["rank"] == 5 and r["reported"] and r["mismatches"] == 0 for r in e["syncs"][0]["ranks"])
+sys.exit(0 if ok else 1)
+EOF
+    echo "ok: rank 5 busy 2.5 s in its $in step at sync 1 of every engine (failure timeout 1 s); every sync verified, nothing down"
+    exit 0
+    ;;
+  stall)
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "${recorded[@]}" "$ss" "${common[@]}" --syncs 3 \
+      --stall-timeout 2 --stall-at sync=1,rank=5,in=verify,s=6 </dev/null >"$log" 2>&1
+    rc=$?
+    [[ $rc -ne 124 ]] || fail "timed out (hang)"
+    line="^shardsync: rank 0 \(trainer\): no progress for [0-9]+ s while collecting the inference ranks' reports on rank 5 \(inference, replica 1\) \(its last heartbeat 0\.[0-9] s ago\); a step that takes longer needs a longer --stall-timeout: exiting$"
+    grep -qE "$line" "$log" || fail "no stall line on rank 0 naming the phase and rank 5"
+    [[ "$(statuses)" == 0:4\ * ]] || fail "expected rank 0 to exit with status 4, saw: $(statuses)"
+    echo "ok: rank 0 ended on its stall watchdog naming the phase and rank 5: $(grep -E "$line" "$log")"
+    exit 0
+    ;;
+  lost-off)
+    timeout "$limit" mpirun --oversubscribe "${mca[@]}" -np 6 "${recorded[@]}" "$ss" "${common[@]}" --syncs 200 \
+      --failure-tolerance off --slow-rank 5 --slow-ms 20 </dev/null >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 600); do grep -q "v3 sync 3/" "$log" && break; sleep 0.1; done
+    victim=$(pid_of_rank 5)
+    [[ -n "$victim" ]] || { kill -- -"$job" 2>/dev/null; fail "did not find world rank 5 running"; }
+    t0=$(date +%s%N)
+    kill -9 "$victim"
+    wait "$job"
+    rc=$?
+    took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [[ $rc -ne 124 ]] || fail "timed out (hang) after rank 5 died"
+    [[ "$(statuses)" == "0:5 1:5 2:5 3:5 4:5 5:137 " ]] ||
+      fail "expected rank 5 killed and every survivor to exit with status 5, saw: $(statuses)"
+    line='^shardsync: rank ([0-4]) \((trainer|inference)[^)]*\): rank 5 \(inference, replica 1\) lost: (its process is gone|no heartbeat for [0-9.]+ s)[^;]*; failure tolerance is off \(--failure-tolerance\): exiting$'
+    ranks=$(sed -nE "s/$line/\1/p" "$log" | sort -u | tr '\n' ' ')
+    [[ "$ranks" == "0 1 2 3 4 " ]] || fail "expected the one line on each of ranks 0-4, saw it on: $ranks"
+    n=$(grep -cE "$line" "$log")
+    [[ $n -eq 5 ]] || fail "expected exactly one line per survivor, saw $n"
+    (( took_ms < 12000 )) || fail "the survivors took $took_ms ms to exit (failure timeout 2 s + 10 s)"
+    echo "ok: rank 5 killed, tolerance off: ranks $ranks each printed the line and exited 5 within $took_ms ms"
+    exit 0
+    ;;
+  *) echo "usage: $0 selfkill|sigkill|straggler|trainer|rejoin|busy-process|busy-verify|stall|lost-off SHARDSYNC"; exit 2 ;;
+
 esac
 
 [[ $rc -ne 124 ]] || fail "timed out (hang)"
