@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 20
 SAN_FLAGS   := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDSYNC_CUDA=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DSHARDSYNC_BUILD_TESTS=ON
 UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps deps-slurm configure build stamp run test test-main test-asan test-tsan test-fuzz fuzz-build fuzz-long chaos test-slurm perf-check perf-calibrate clean format
+.PHONY: all deps deps-slurm configure build python stamp run test test-main test-asan test-tsan test-fuzz fuzz-build fuzz-long chaos test-slurm perf-check perf-calibrate clean format
 
 all: build
 
@@ -31,6 +31,11 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The library for Python (docs/library.md): build/python/shardsync with libshardsync.so beside it.
+python: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target shardsync_c
+	@echo "python: export PYTHONPATH=$(CURDIR)/$(BUILD_DIR)/python; then /usr/bin/python3 -c 'import shardsync'"
 
 # Before copying the tree somewhere without its .git (a GPU host, a cluster's scratch): the
 # commit a build of the copy records (cmake/GitSha.cmake reads .shardsync-commit there).

@@ -14,7 +14,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox python3
+  gnuplot-nox python3 python3-numpy python3-mpi4py
   clang libclang-rt-14-dev
 )
 if [[ "${1:-}" == --slurm ]]; then

@@ -189,19 +189,6 @@ bool recovery_mode() {
   return v && std::strcmp(v, "1") == 0;
 }
 
-// Open MPI's settings under which mpirun lets the job go on when a rank dies (as OMPI_MCA_*
-// variables in the ranks' environment).
-constexpr char kRecoverySettings[] =
-    "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1";
-bool launcher_survives_death() {
-  auto is = [](const char* name, const char* want) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, want) == 0;
-  };
-  return is("OMPI_MCA_orte_enable_recovery", "1") && is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
-         is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
-}
-
 [[noreturn]] void abort_job(int code) {
   std::cout.flush();
   std::cerr.flush();
@@ -306,16 +293,6 @@ std::string describe_mismatch(const RankStats& r, const World& w, const Resolved
   return "rank " + std::to_string(r.rank) + " (inference rank " + std::to_string(inf_rank) +
          "): " + std::to_string(r.mismatches) + " wrong elements; first in " + param + " (from " +
          hf + ") at element " + std::to_string(r.bad_index);
-}
-
-// Ranks of this job on this rank's node (idle polling sleeps only where they outnumber cores).
-int ranks_on_my_node() {
-  MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local = 1;
-  MPI_CHECK(MPI_Comm_size(node, &local));
-  MPI_CHECK(MPI_Comm_free(&node));
-  return local;
 }
 
 // Everything a run needs that every rank works out before the engines start.
@@ -677,8 +654,7 @@ int run_syncs(const SyncRunOptions& o, int argc, char** argv, int* world_rank) {
   // The run: any error from here on aborts every rank.
   try {
     World w = World::create(MPI_COMM_WORLD, *rs.s.trainer, *rs.s.inference);
-    set_idle_sleep_allowed(unsigned(ranks_on_my_node()) >
-                           std::max(1u, std::thread::hardware_concurrency()));
+    allow_idle_sleep_where_oversubscribed(MPI_COMM_WORLD);
     if (rs.engine.memory == MemKind::kCuda) rs.engine.gpu = assign_gpu(w);
     Engines engines(w, *rs.s.model, *rs.s.trainer, *rs.s.inference, rs.plans, rs.engine);
     const double reg_s = engines.bootstrap();

@@ -14,6 +14,7 @@
 #include "engine/pipeline.hpp"  // set_idle_sleep_allowed
 #include "engine/stats.hpp"
 #include "engine/synthetic.hpp"  // UpdateModel
+#include "engine/weights.hpp"
 #include "layout/inference.hpp"
 #include "layout/trainer.hpp"
 #include "plan/plan.hpp"
@@ -32,6 +33,10 @@ struct SyncOptions {
   int64_t bucket_bytes = 64 << 20;       // broadcast bucket
   int inflight = 2;                      // V3: gathered weight groups a trainer may hold
   bool verify = true;
+  // Where the trainers' weights come from (engine/weights.hpp): synthetic values (verified
+  // element by element against their expected values), or the caller's tensors (the library:
+  // bound to Engines::slots(); no expected values, so no element verification here).
+  WeightsFrom weights = WeightsFrom::kSynthetic;
   // How the synthetic weights change from one version to the next (--update-density).
   UpdateModel updates;
   // One pass: consumers read the trainers' weights themselves where the transport allows
@@ -93,6 +98,11 @@ struct SyncOptions {
   // naming the phase and the peer it waited for, instead of hanging (a peer alive but stuck).
   // 0: never.
   double stall_timeout_s = 120.0;
+  // true (the CLI): syncs follow each other, so any wait inside the run is watched. false (the
+  // library): the time between syncs (an optimizer step, a rollout) is the caller's, so the
+  // watchdog is disarmed between syncs (Engines::disarm) and a consumer's wait for START is
+  // not a stall (a lost trainer is still seen by the heartbeats).
+  bool syncs_back_to_back = true;
 
   int64_t effective_chunk_bytes() const;
   // Throws InputError naming the option, the value and the range for a size out of range (a
@@ -118,6 +128,16 @@ struct World {
   // A replacement process for inference world rank `rank`: no MPI communicators.
   static World replacement(int rank, const TrainerPlacement& trainer, const InferencePlacement& inference);
 };
+
+// Idle polling sleeps only where this job's ranks on this node outnumber its cores (collective
+// over `comm`).
+void allow_idle_sleep_where_oversubscribed(MPI_Comm comm);
+
+// Whether mpirun lets the job go on when a rank dies: Open MPI's recovery settings
+// (kRecoverySettings), which it passes to the ranks as OMPI_MCA_* variables.
+bool launcher_survives_death();
+inline constexpr char kRecoverySettings[] =
+    "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 --mca orte_allowed_exit_without_sync 1";
 
 class Engines {
  public:
@@ -161,6 +181,9 @@ class Engines {
   double measure_copy(int iters);
   // Releases transport registrations (collective, normal path only).
   void shutdown();
+  // Between syncs (SyncOptions::syncs_back_to_back false): the stall watchdog is off until
+  // the next sync.
+  void disarm();
   std::string transport_description() const;
   std::string device_description() const;
   // How gathers and the broadcast run ("mpi", "nccl", "mpi-staged"), for the rank map.
@@ -168,6 +191,14 @@ class Engines {
   // How consumers read trainers' weights in one pass: "mapped ...", "contiguous ...", "off ...".
   std::string one_pass_description() const;
   const RankPlan* my_plan() const;
+  // This rank's tensors and their slots in its registered region: a trainer's HF shards (HF
+  // names, the local shard's shape), an inference rank's engine parameters (vLLM's names and
+  // shapes), in a fixed order.
+  std::vector<TensorSlot> slots() const;
+  // With SyncOptions::weights == kCaller: the caller's memory for slot `index` (of the same
+  // memory kind; null or the slot itself: kept in the slot, zero copy). A trainer's bound
+  // tensors are read at every sync; an inference rank's are written after every sync.
+  void bind(size_t index, uint8_t* data);
 
   // The engines' state (internal.hpp), opaque here; public so that the engines' own files
   // (the producer's and consumer's classes) can name it.

@@ -38,6 +38,10 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
   chunk_bytes = opt.effective_chunk_bytes();
   if (opt.wire_fp8) check_fp8_wire(model, trainer, inference);  // every rank refuses alike
+  if (opt.weights == WeightsFrom::kCaller && inference.layout().quant != Quant::kNone)
+    throw InputError("quant", quant_name(inference.layout().quant),
+                     "none: the caller's parameters are bf16 engine parameters (FP8 targets through the library come "
+                     "with the fused copy-quantize)");
   liveness.dead.assign(size_t(world.size), 0);
   liveness.down.assign(size_t(world.size), 0);
   liveness.notified_down.assign(size_t(world.size), 0);
@@ -55,6 +59,13 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
     trainer_side.send_buffer = Region{trainer_side.registered.data(), opt.send_buffer_bytes};
     trainer_side.shards =
         std::make_unique<TrainerShards>(model, trainer, world.rank, trainer_side.registered.data() + weights_base(), *device);
+    if (opt.weights == WeightsFrom::kCaller) {
+      auto caller = std::make_unique<CallerSource>(*trainer_side.shards, *device);
+      trainer_side.caller = caller.get();
+      trainer_side.source = std::move(caller);
+    } else {
+      trainer_side.source = std::make_unique<SyntheticSource>(*trainer_side.shards, opt.updates);
+    }
     uint8_t* region = trainer_side.registered.data();  // gathers may read the members' weights
     trainer_side.trainers_comm = make_group_comm(world.trainers, *device, region);
     trainer_side.tp_comm = make_group_comm(world.tp_group, *device, region);
@@ -75,6 +86,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
     consumer_side.registered = DeviceBuffer(device.get(), live_base() + off);
     consumer_side.landing = Region{consumer_side.registered.data(), opt.recv_buffer_bytes};
     consumer_side.live = Region{consumer_side.registered.data() + live_base(), off};
+    consumer_side.params_bound = Bindings(consumer_side.plan->params.size());
     for (const PlanEntry& e : consumer_side.plan->entries)
       if (!e.is_fill())
         consumer_side.group_copy_bytes[consumer_side.group_of_param[size_t(e.engine_param)]] +=
@@ -350,13 +362,15 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   Impl& m = *impl_;
   if (!m.armed) m.arm();
   if (m.world.trainer) {
-    int32_t stale = -1;
-    if (sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()) stale = m.trainer_side.shards->shards().front().hf;
+    if (auto* synthetic = dynamic_cast<SyntheticSource*>(m.trainer_side.source.get()))
+      synthetic->keep_stale(sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()
+                                ? m.trainer_side.shards->shards().front().hf
+                                : -1);
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
     m.waiting("at the trainers' barrier before a sync");
     MPI_CHECK(MPI_Barrier(m.world.trainers));
-    m.trainer_side.shards->fill(version, m.opt.updates, stale);
+    const int64_t staged = m.trainer_side.source->prepare(version);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
     MPI_CHECK(MPI_Barrier(m.world.trainers));
     // Replacements for dead ranks come in at the boundary (rank 0 decides).
@@ -405,7 +419,9 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
       st.skipped = 1;
       return st;
     }
-    return broadcast ? m.run_broadcast_trainer(sync_index, version) : m.run_producer(engine, sync_index, version);
+    RankStats st = broadcast ? m.run_broadcast_trainer(sync_index, version) : m.run_producer(engine, sync_index, version);
+    st.staged_bytes = staged;
+    return st;
   }
   if (m.consumer_side.stood_down) {
     // Down: wait for the START of this sync or a later one (the replica is back up, a
@@ -423,7 +439,33 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   RankStats st = engine_spec(engine).delivery == Delivery::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
                                                                        : m.run_consumer(engine, sync_index, version);
   st.replica = m.world.replica;
+  if (m.opt.weights == WeightsFrom::kCaller && st.reported && !st.stood_down && !st.skipped)
+    st.staged_bytes = copy_out(slots(), m.consumer_side.params_bound, *m.device);
   return st;
+}
+
+std::vector<TensorSlot> Engines::slots() const {
+  const Impl& m = *impl_;
+  std::vector<TensorSlot> out;
+  if (m.world.trainer) {
+    for (const TrainerShards::Shard& s : m.trainer_side.shards->shards())
+      out.push_back(TensorSlot{m.model.param(s.hf).name, m.model.param(s.hf).dtype, s.box.length, s.data, s.bytes});
+  } else {
+    const RankPlan& plan = *m.consumer_side.plan;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      out.push_back(TensorSlot{plan.params[i].name, plan.params[i].dtype, plan.params[i].shape,
+                               m.consumer_side.live.data() + m.consumer_side.param_offset[i], plan.params[i].bytes()});
+  }
+  return out;
+}
+
+void Engines::bind(size_t index, uint8_t* data) {
+  Impl& m = *impl_;
+  if (m.opt.weights != WeightsFrom::kCaller) throw Error("Engines::bind: this run's weights are synthetic");
+  if (m.world.trainer)
+    m.trainer_side.caller->bindings().bind(index, data);
+  else
+    m.consumer_side.params_bound.bind(index, data);
 }
 
 namespace {

@@ -120,7 +120,9 @@ class KeptChunks {
 // the send buffer (at 0) and the weights (at Impl::weights_base()).
 struct TrainerSide {
   DeviceBuffer registered;
-  std::unique_ptr<TrainerShards> shards;
+  std::unique_ptr<TrainerShards> shards;  // the region's table
+  std::unique_ptr<WeightSource> source;   // what the region holds at each version
+  CallerSource* caller = nullptr;         // source, when it is the caller's tensors
   Region send_buffer;
   std::unique_ptr<GroupComm> trainers_comm, tp_comm, etp_comm;  // gathers
   std::map<int, ProducerSchedule> schedules;                    // by engine
@@ -148,6 +150,7 @@ struct ConsumerSide {
   std::map<int32_t, int64_t> group_copy_bytes;                // bytes pulled per group (plan copies)
   std::map<int, ConsumerSchedule> schedules;                  // by engine
   std::map<int, bool> requests_sent;                          // engines whose requests were sent once
+  Bindings params_bound;                                      // the caller's parameters (WeightsFrom::kCaller)
   BufferPool layerwise_pool;
   DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs
   // --delta: each chunk as last received, by (engine, unit, trainer, chunk).

@@ -14,6 +14,17 @@
 
 namespace shardsync {
 
+bool launcher_survives_death() {
+  auto is = [](const char* name, const char* want) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, want) == 0;
+  };
+  return is("OMPI_MCA_orte_enable_recovery", "1") && is("OMPI_MCA_orte_abort_on_non_zero_status", "0") &&
+         is("OMPI_MCA_orte_allowed_exit_without_sync", "1");
+}
+
+void Engines::disarm() { impl_->armed = false; }
+
 std::string Engines::Impl::describe_rank(int rank) const {
   if (rank < world.num_trainers) return "rank " + std::to_string(rank) + " (trainer)";
   return "rank " + std::to_string(rank) + " (inference, replica " +

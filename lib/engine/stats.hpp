@@ -55,6 +55,9 @@ struct RankStats {
   int64_t node_bytes = 0;
   int64_t node_lost_bytes = 0;
   int32_t host = -1;
+  // The caller's weights (WeightsFrom::kCaller): bytes copied into the registered region
+  // (trainer) or out of it (consumer) because the caller's tensor lies outside its slot.
+  int64_t staged_bytes = 0;
 };
 
 // A replacement process took a dead rank's place (rank 0's record).

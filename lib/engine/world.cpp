@@ -1,5 +1,8 @@
 // Ranks 0..T-1 train, the rest serve inference: the communicators, built once at start-up,
-// and the world of a replacement process (no MPI).
+// the world of a replacement process (no MPI), and idle polling's sleep on a crowded node.
+#include <algorithm>
+#include <thread>
+
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 
@@ -35,6 +38,15 @@ World World::create(MPI_Comm comm, const TrainerPlacement& tr, const InferencePl
   }
   split(w.rank == 0 || !w.trainer ? 0 : MPI_UNDEFINED, w.rank, &w.bcast);
   return w;
+}
+
+void allow_idle_sleep_where_oversubscribed(MPI_Comm comm) {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 1;
+  MPI_CHECK(MPI_Comm_size(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  set_idle_sleep_allowed(unsigned(local) > std::max(1u, std::thread::hardware_concurrency()));
 }
 
 World World::replacement(int rank, const TrainerPlacement& tr, const InferencePlacement& inf) {

@@ -1,0 +1,97 @@
+// The two seams between the engines and the weights they move.
+//
+// WeightSource (trainer side): what a trainer rank's registered weights region holds at each
+// version. The engines read trainer weights only there, at the offsets of the region's table
+// (TrainerShards: every HF shard the rank holds, in HF order, 256-byte aligned; a function of
+// model, placement and rank, so every rank knows any trainer's table without asking).
+//   - synthetic: counter-based values of (tensor, element, version), checkable anywhere;
+//   - caller: the caller's own tensors (the library's users). A tensor the caller keeps in
+//     its slot (Engines::slots(): zero copy) is read where it lies; one elsewhere is copied into
+//     its slot before the sync (staged, and counted).
+// ParamSink (inference side): where the engine parameters end up. The engines write the live
+// weights region (its slots, in the plan's parameter order); a caller's parameter kept in its
+// slot is written in place, one elsewhere is copied out after the sync (staged, counted).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/device.hpp"
+#include "engine/synthetic.hpp"
+
+namespace shardsync {
+
+// Where the weights come from (SyncOptions::weights).
+enum class WeightsFrom : uint8_t { kSynthetic, kCaller };
+
+// One tensor of this rank as the caller sees it: a trainer's HF shard (its name, the shape of
+// the local shard) or an inference rank's engine parameter (vLLM's name and shape), and its
+// slot in the registered region.
+struct TensorSlot {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<int64_t> shape;
+  uint8_t* slot = nullptr;  // in the rank's registered region (host or device memory)
+  int64_t bytes = 0;
+};
+
+// The caller's memory for each slot: null where the caller keeps the tensor in its slot.
+class Bindings {
+ public:
+  explicit Bindings(size_t n = 0) : data_(n, nullptr) {}
+  void bind(size_t slot, uint8_t* data) { data_.at(slot) = data; }
+  uint8_t* at(size_t slot) const { return data_.at(slot); }
+  size_t size() const { return data_.size(); }
+
+ private:
+  std::vector<uint8_t*> data_;
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Brings the region to `version` before the sync starts; returns the bytes staged (copied in).
+  virtual int64_t prepare(uint64_t version) = 0;
+  // Whether every element's value at a version is known to any rank (verification by
+  // expected values); false for the caller's weights.
+  virtual bool expected_values() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Synthetic weights (the benchmark's source): TrainerShards::fill per version; `stale_hf` (a
+// test hook, -1: none) keeps one tensor at its old version.
+class SyntheticSource : public WeightSource {
+ public:
+  SyntheticSource(TrainerShards& shards, const UpdateModel& updates) : shards_(shards), updates_(updates) {}
+  void keep_stale(int32_t hf) { stale_hf_ = hf; }
+  int64_t prepare(uint64_t version) override;
+  bool expected_values() const override { return true; }
+  std::string describe() const override { return "synthetic: " + updates_.describe(); }
+
+ private:
+  TrainerShards& shards_;
+  UpdateModel updates_;
+  int32_t stale_hf_ = -1;
+};
+
+// The caller's tensors, one per shard of the region (bound in the slots' order).
+class CallerSource : public WeightSource {
+ public:
+  CallerSource(TrainerShards& shards, Device& device) : shards_(shards), device_(device), bound_(shards.shards().size()) {}
+  Bindings& bindings() { return bound_; }
+  int64_t prepare(uint64_t version) override;
+  bool expected_values() const override { return false; }
+  std::string describe() const override { return "the caller's tensors"; }
+
+ private:
+  TrainerShards& shards_;
+  Device& device_;
+  Bindings bound_;
+};
+
+// The caller's engine parameters: copied out of the live weights after each sync where they
+// lie outside their slots. Returns the bytes staged.
+int64_t copy_out(const std::vector<TensorSlot>& slots, const Bindings& bound, Device& device);
+
+}  // namespace shardsync
