@@ -2,8 +2,10 @@
 """An RL loop's weight sync on real tensors, through shardsync's Python API.
 
 Trainer ranks hold a model of a bundled architecture built from its config.json (each rank
-its Megatron shards), take an optimizer step between syncs (numpy here, or PyTorch AdamW
-with --torch), and publish each version. Inference ranks bind parameters laid out as vLLM
+its Megatron shards), take an optimizer step between syncs, and publish each version. The
+step is a deterministic numpy update that the reference replays, or with --adamw a real
+PyTorch AdamW step on trainer rank 0, whose full weights then reach the other ranks over MPI
+(comm.bcast, not shardsync) for their shards and the reference. Inference ranks bind parameters laid out as vLLM
 lays them out (qkv_proj, gate_up_proj, FusedMoE w13/w2) and pull each version. After every
 sync each inference rank compares its parameters bit for bit with a reference built from the
 full weights by vLLM's rules (examples/reference.py, which imports nothing from shardsync).
@@ -38,12 +40,34 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--in-slots", action="store_true",
                     help="keep the tensors in the library's slots (zero copy) instead of the caller's own arrays")
+    ap.add_argument("--torch", choices=("cpu", "cuda"), help="torch tensors on this device instead of numpy arrays")
+    ap.add_argument("--adamw", action="store_true", help="with --torch: real AdamW steps (trainer rank 0) instead of numpy updates")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(os.path.join(HERE, "..", "configs", "models", args.model + ".json")) as f:
         cfg = json.load(f)
     s = shardsync.Session(comm, model=args.model, trainer=args.trainer, inference=args.inference,
-                          replicas=args.replicas, engine=args.engine)
+                          replicas=args.replicas, engine=args.engine, memory="cuda" if args.torch == "cuda" else "host")
+    if args.torch:
+        import torch
+
+    def new_tensor(name, shape):  # the caller's own tensor, or its slot
+        if args.in_slots:
+            return s.slot(name)
+        if args.torch:
+            return torch.empty(shape, dtype=torch.bfloat16, device=args.torch)
+        return np.empty(shape, dtype=np.uint16)
+
+    def put(dst, bits):  # bf16 bits (a uint16 array) into a tensor
+        if args.torch:
+            dst.view(torch.int16).copy_(torch.from_numpy(bits.view(np.int16)))
+        else:
+            dst[...] = bits
+
+    def bits_of(t):
+        return t.view(torch.int16).cpu().numpy().view(np.uint16) if args.torch else t
+
+    bf16 = {} if args.torch else {"dtype": "bfloat16"}
     tensors = s.tensors()
     full = reference.initial_weights(cfg, args.seed)  # every rank builds the same full weights
     bad = 0
@@ -54,20 +78,35 @@ def main():
                              f"{len(tensors)}: {sorted(set(mine) ^ set(tensors))[:4]}")
         held = {}
         for name in tensors:
-            held[name] = s.slot(name) if args.in_slots else np.empty(tensors[name].shape, dtype=np.uint16)
-            s.bind(name, held[name], dtype="bfloat16")
+            held[name] = new_tensor(name, tensors[name].shape)
+            s.bind(name, held[name], **bf16)
     else:
-        params = {name: (s.slot(name) if args.in_slots else np.empty(info.shape, dtype=np.uint16))
-                  for name, info in tensors.items()}
+        params = {name: new_tensor(name, info.shape) for name, info in tensors.items()}
         for name, p in params.items():
-            s.bind(name, p, dtype="bfloat16")
+            s.bind(name, p, **bf16)
+    if args.adamw and not args.torch:
+        raise SystemExit("--adamw needs --torch cpu|cuda")
+    if args.adamw and comm.rank == 0:  # the model, on trainer rank 0: full bf16 parameters
+        model = {n: torch.nn.Parameter(torch.from_numpy(w.view(np.int16)).view(torch.bfloat16).to(args.torch).clone())
+                 for n, w in full.items()}
+        adamw = torch.optim.AdamW(model.values(), lr=1e-3)
+        gen = torch.Generator(device=args.torch).manual_seed(args.seed)
     for step in range(1, args.steps + 1):
-        reference.optimizer_step(full, step, args.seed)  # the trainer's step; receivers replay it for the reference
+        if args.adamw:  # a real AdamW step on rank 0 (a random linear loss), its weights to every rank by MPI
+            if comm.rank == 0:
+                adamw.zero_grad()
+                loss = sum((p.float() * torch.randn(p.shape, generator=gen, device=args.torch)).sum() for p in model.values())
+                loss.backward()
+                adamw.step()
+                full = {n: p.detach().view(torch.int16).cpu().numpy().view(np.uint16) for n, p in model.items()}
+            full = comm.bcast(full if comm.rank == 0 else None, root=0)
+        else:
+            reference.optimizer_step(full, step, args.seed)  # the trainer's step; receivers replay it for the reference
         version = step
         if s.is_trainer:
             shards = reference.megatron_shards(cfg, full, reference.parse_layout(args.trainer), s.rank)
             for name, w in shards.items():
-                held[name][...] = w
+                put(held[name], w)
             s.publish(version)
             continue
         s.pull(version)
@@ -75,12 +114,13 @@ def main():
         if set(want) != set(params):
             raise SystemExit(f"rank {s.rank}: vLLM's rules give {len(want)} parameters, shardsync's plan "
                              f"{len(params)}: {sorted(set(want) ^ set(params))[:4]}")
-        wrong = {n: int(np.count_nonzero(params[n] != want[n].reshape(params[n].shape))) for n in params
-                 if params[n].shape != want[n].shape or not np.array_equal(params[n], want[n])}
+        got = {n: bits_of(p) for n, p in params.items()}
+        wrong = {n: int(np.count_nonzero(got[n] != want[n].reshape(got[n].shape))) for n in got
+                 if got[n].shape != want[n].shape or not np.array_equal(got[n], want[n])}
         last = s.last_sync()
         held_version, partial = s.held_version
         print(f"rank {s.rank} (replica {s.replica}, local {s.local_rank}): version {version}: {len(params)} parameters, "
-              f"{sum(p.nbytes for p in params.values())} bytes, {last['seconds']:.4f} s, staged {last['staged_bytes']} B, "
+              f"{sum(g.nbytes for g in got.values())} bytes, {last['seconds']:.4f} s, staged {last['staged_bytes']} B, "
               + ("bit-exact" if not wrong else f"{len(wrong)} WRONG, e.g. {next(iter(wrong))}")
               + (f" (held {held_version}, partial)" if partial or held_version != version else ""), flush=True)
         bad += len(wrong) + (held_version != version) + partial

@@ -141,6 +141,7 @@ class Session:
         handle = ctypes.c_void_p()
         _check(lib.shardsync_open(comm.py2f(), json.dumps(opts).encode(), ctypes.byref(handle)))
         self._h = handle
+        self.memory = memory
         self._bound = {}
         _open_sessions.add(self)
         t, r, rep, local = (ctypes.c_int() for _ in range(4))
@@ -163,12 +164,23 @@ class Session:
         return dict(self._tensors)
 
     def slot(self, name):
-        """A numpy view of tensor `name`'s place in the registered region (host memory): keep
-        the tensor there and it moves in place (no copy). bf16 appears as uint16."""
+        """A view of tensor `name`'s place in the registered region: keep the tensor there and it
+        moves in place (no copy). Host memory: a numpy array (bf16 appears as uint16); CUDA
+        memory: a torch tensor (bf16 as torch.bfloat16)."""
         import numpy as np
         info = self._tensors.get(name)
         if info is None:
             raise Error(f"{name}: (name): a tensor of this rank (Session.tensors() lists them)")
+        if self.memory == "cuda":
+            import torch
+            typestr = {"bf16": "<u2", "f16": "<f2", "f32": "<f4"}[info.dtype]
+
+            class _Device:  # the CUDA array interface over the slot
+                __cuda_array_interface__ = {"shape": tuple(info.shape), "typestr": typestr, "data": (info._slot, False),
+                                            "version": 3, "strides": None}
+
+            t = torch.as_tensor(_Device(), device="cuda")
+            return t.view(torch.bfloat16) if info.dtype == "bf16" else t
         dtype = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32}[info.dtype]
         count = info.nbytes // np.dtype(dtype).itemsize
         if count == 0:

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issues 39 and 40 on the GPU host, in two calls (each under 10 minutes; the build stays between
+# them while the machine is warm):
+#   scripts/gpu/library.sh check   build (CUDA, no UCX), the GPU, failure and api tests, and
+#                                  examples/rl_step.py on torch CUDA tensors (numpy steps, real
+#                                  AdamW, in the library's CUDA slots), every parameter checked
+#   scripts/gpu/library.sh time    colocated Qwen3-8B tp1 -> tp1 and tp1 -> tp2 on one GPU: the
+#                                  CLI's v3 and v4, the Python API on torch.empty tensors (staged)
+#                                  and in the library's slots (zero copy), interleaved twice, and
+#                                  the PyTorch peers; every sync verified
+# Results and logs under $OUT (default $OUT_DIR or results/gpu/library). Run `make stamp` here
+# first so that the copy's build records the commit.
+set -u
+what="${1:-check}"
+OUT="${OUT:-results/gpu/library}/$what"
+LOGS="$OUT/logs"
+SUM_MODE=
+source scripts/gpu/common.sh
+BUILD=build-gpu
+SS=$BUILD/apps/shardsync
+PY=$(command -v python3)
+export PYTHONPATH="$PWD/$BUILD/python:$PWD/examples:$PWD/bench"
+say "# $what on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(cat .shardsync-commit 2>/dev/null || echo '?'), python $PY"
+nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
+if [[ ! -x $SS || ! -f $BUILD/python/shardsync/libshardsync.so ]]; then
+  step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DSHARDSYNC_PYTHON=$PY && cmake --build $BUILD -j $(nproc)"
+fi
+case "$what" in
+  check)
+    step tests 420 ctest --test-dir $BUILD -R 'gpu\.|api\.|mpi\.failure' --output-on-failure --timeout 300
+    for spec in "3|--model tiny-qwen3 --trainer tp1 --inference tp2 --torch cuda" \
+                "6|--model tiny-qwen3-moe --trainer tp2,ep2 --inference tp2 --torch cuda --engine v2" \
+                "4|--model tiny-qwen3-moe --trainer tp1,ep2 --inference dp2,ep2 --torch cuda --adamw" \
+                "4|--model tiny-qwen3 --trainer tp2 --inference tp2 --torch cuda --in-slots --engine v4"; do
+      np=${spec%%|*}; args=${spec#*|}
+      name=rl_step_$(tr -c 'a-z0-9' _ <<<"${args// /}" | cut -c1-60)
+      step "$name" 120 mpirun --oversubscribe -np "$np" "$PY" examples/rl_step.py $args
+      grep -h "rl_step:" "$LOGS/$name.log" | tee -a "$SUM"
+    done
+    ;;
+  time)
+    for round in 1 2; do
+      for tp in 1 2; do
+        np=$((1 + tp))
+        step "cli_tp$tp.r$round" 240 mpirun --oversubscribe -np $np $SS bench -m qwen3-8b -t tp1 -i tp$tp --memory cuda \
+          -e v3,v4 --syncs 20 --warmup 2 -q --json "$OUT/cli-tp$tp-r$round.json"
+        grep -E "^  v[34] " "$LOGS/cli_tp$tp.r$round.log" | tee -a "$SUM"
+        for mode in staged in-slots; do
+          flag=""; [[ $mode == in-slots ]] && flag=--in-slots
+          step "api_${mode}_tp$tp.r$round" 240 mpirun --oversubscribe -np $np "$PY" bench/library_bench.py --model qwen3-8b \
+            --config configs/models/qwen3-8b.json --inference-tp $tp --engine v4 --syncs 20 $flag --json "$OUT/api-$mode-tp$tp-r$round.json"
+          grep -h "^library" "$LOGS/api_${mode}_tp$tp.r$round.log" | tee -a "$SUM"
+        done
+      done
+    done
+    step peers 300 "$PY" bench/peers/torch_peers.py --config configs/models/qwen3-8b.json --inference-tp 1 \
+      --peer bucketed-ipc,ipc-per-tensor --syncs 20 --json "$OUT/peers-tp1.json"
+    tail -5 "$LOGS/peers.log" | tee -a "$SUM"
+    ;;
+  *) echo "usage: $0 check|time"; exit 2 ;;
+esac
