@@ -193,6 +193,7 @@ void Session::sync(uint64_t version, bool trainer_side) {
 void Session::close() {
   if (s_->closed) return;
   s_->closed = true;
+  if (s_->engines->broken()) return;  // a rank was lost: no collective end (it would wait for it)
   if (!s_->engines->finish()) s_->engines->shutdown();  // a degraded run leaves without collectives
 }
 

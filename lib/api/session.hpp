@@ -82,8 +82,9 @@ class Session {
   // This rank's last sync.
   const RankStats& last() const { return last_; }
 
-  // Collective end of the run (every rank); releases registrations. The destructor of an
-  // open session ends only this process's part (no collective).
+  // Collective end of the run (every rank); releases registrations. After a loss the run
+  // cannot survive (the calls in flight threw Error naming it), only this process's part. The
+  // destructor of an open session ends only this process's part (no collective).
   void close();
 
  private:

@@ -27,6 +27,7 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       consumer_side.pending_start.reset();
     } else if (!transport->poll(&m)) {
       transport->progress();
+      check_broken();
       if (!opt.syncs_back_to_back) beat();  // the trainers' step between syncs is not a stall
       wait_backoff.pause();
       continue;
@@ -294,6 +295,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       backoff.progress();
     } else {
       waiting("pulling a sync's chunks", gets.empty() ? -1 : gets.begin()->second.trainer);
+      check_broken();
       backoff.pause();
     }
   }
@@ -384,6 +386,7 @@ void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, Ran
         continue;
       }
       transport->progress();
+      check_broken();
       backoff.pause();
     }
     st.wait_s += now_s() - t0;

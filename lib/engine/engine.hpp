@@ -184,6 +184,10 @@ class Engines {
   // Between syncs (SyncOptions::syncs_back_to_back false): the stall watchdog is off until
   // the next sync.
   void disarm();
+  // The library (syncs_back_to_back false): a loss or stall the run cannot survive broke it;
+  // every call since throws Error with the line that says why. finish() and shutdown() must
+  // not be called then (their collectives would wait for the lost rank).
+  bool broken() const;
   std::string transport_description() const;
   std::string device_description() const;
   // How gathers and the broadcast run ("mpi", "nccl", "mpi-staged"), for the rank map.

@@ -360,6 +360,7 @@ double Engines::bootstrap() {
 
 RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   Impl& m = *impl_;
+  m.check_broken();
   if (!m.armed) m.arm();
   if (m.world.trainer) {
     if (auto* synthetic = dynamic_cast<SyntheticSource*>(m.trainer_side.source.get()))
@@ -369,19 +370,25 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
     m.waiting("at the trainers' barrier before a sync");
-    MPI_CHECK(MPI_Barrier(m.world.trainers));
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibarrier(m.world.trainers, &req));
+    m.wait(&req);
     const int64_t staged = m.trainer_side.source->prepare(version);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
-    MPI_CHECK(MPI_Barrier(m.world.trainers));
+    MPI_CHECK(MPI_Ibarrier(m.world.trainers, &req));
+    m.wait(&req);
     // Replacements for dead ranks come in at the boundary (rank 0 decides).
     m.accept_joins(version);
     // A broadcast is a collective over every rank: once one has died, it cannot run.
     const bool broadcast = engine_spec(engine).delivery == Delivery::kBroadcast;
     int skip = m.world.rank == 0 && broadcast && m.liveness.failures;
-    MPI_CHECK(MPI_Bcast(&skip, 1, MPI_INT, 0, m.world.trainers));
+    MPI_CHECK(MPI_Ibcast(&skip, 1, MPI_INT, 0, m.world.trainers, &req));
+    m.wait(&req);
     // Every trainer starts with rank 0's view of which consumers are down (also a barrier).
-    MPI_CHECK(MPI_Bcast(m.liveness.down.data(), int(m.liveness.down.size()), MPI_BYTE, 0, m.world.trainers));
-    MPI_CHECK(MPI_Bcast(m.liveness.dead.data(), int(m.liveness.dead.size()), MPI_BYTE, 0, m.world.trainers));
+    MPI_CHECK(MPI_Ibcast(m.liveness.down.data(), int(m.liveness.down.size()), MPI_BYTE, 0, m.world.trainers, &req));
+    m.wait(&req);
+    MPI_CHECK(MPI_Ibcast(m.liveness.dead.data(), int(m.liveness.dead.size()), MPI_BYTE, 0, m.world.trainers, &req));
+    m.wait(&req);
     m.beat();
     for (int r = m.world.num_trainers; r < m.world.size; ++r)
       if (m.liveness.dead[size_t(r)]) m.transport->forget_peer(r);

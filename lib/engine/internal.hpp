@@ -6,6 +6,7 @@
 #include <functional>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -301,9 +302,19 @@ struct Engines::Impl {
   void on_peer_lost(int peer, const PeerLoss& why);
   // "rank 3 (inference, replica 1)" / "rank 1 (trainer)"
   std::string describe_rank(int rank) const;
-  // Prints `line` (once per process: a loss and the stall watchdog never both) and ends the
-  // process with `status`: a rank blocked in a collective cannot be unwound.
-  [[noreturn]] void end_process(const std::string& line, int status);
+  // A loss or a stall the run cannot survive. The CLI (syncs back to back): prints `line` (once
+  // per process: a loss and the stall watchdog never both) and ends the process with `status`.
+  // The library: never ends the process; the run is broken, and the call in flight (or the
+  // next) throws Error(line) from its wait (check_broken), collectives among the trainers
+  // included, which it polls (wait()).
+  void end_run(const std::string& line, int status);
+  std::atomic<bool> broken{false};
+  std::mutex broken_mu;
+  std::string broken_why;
+  void check_broken();
+  // Completes a non-blocking collective: MPI_Wait in the CLI; polled in the library, so that a
+  // broken run ends the wait.
+  void wait(MPI_Request* req);
   std::atomic<bool> in_broadcast{false};  // a collective over every rank: no loss survivable
 
   Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, const InferencePlacement& i,

@@ -25,13 +25,25 @@ bool launcher_survives_death() {
 
 void Engines::disarm() { impl_->armed = false; }
 
+bool Engines::broken() const { return impl_->broken; }
+
 std::string Engines::Impl::describe_rank(int rank) const {
   if (rank < world.num_trainers) return "rank " + std::to_string(rank) + " (trainer)";
   return "rank " + std::to_string(rank) + " (inference, replica " +
          std::to_string(inference.coord(rank - world.num_trainers).replica) + ")";
 }
 
-void Engines::Impl::end_process(const std::string& line, int status) {
+void Engines::Impl::end_run(const std::string& line, int status) {
+  if (!opt.syncs_back_to_back) {  // the library: the session is broken, the process goes on
+    std::lock_guard<std::mutex> lock(broken_mu);
+    if (broken_why.empty()) {
+      broken_why = line;
+      std::fprintf(stderr, "shardsync: %s\n", line.c_str());
+    }
+    broken = true;
+    armed = false;
+    return;
+  }
   static std::atomic<bool> ending{false};
   if (!ending.exchange(true)) {
     std::fprintf(stderr, "shardsync: %s\n", line.c_str());
@@ -40,6 +52,26 @@ void Engines::Impl::end_process(const std::string& line, int status) {
     std::_Exit(status);
   }
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the other thread is ending it
+}
+
+void Engines::Impl::check_broken() {
+  if (!broken) return;
+  std::lock_guard<std::mutex> lock(broken_mu);
+  throw Error(broken_why);
+}
+
+void Engines::Impl::wait(MPI_Request* req) {
+  if (opt.syncs_back_to_back) {
+    MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+    return;
+  }
+  IdleBackoff backoff;
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    check_broken();  // the request stays pending: the session is not usable after this
+    backoff.pause();
+  }
 }
 
 void Engines::Impl::start_heartbeats(const std::vector<std::vector<uint8_t>>& contacts) {
@@ -51,7 +83,7 @@ void Engines::Impl::start_heartbeats(const std::vector<std::vector<uint8_t>>& co
 void Engines::Impl::on_peer_lost(int peer, const PeerLoss& why) {
   std::string cannot;
   if (!opt.tolerate_failures)
-    cannot = "failure tolerance is off (--failure-tolerance)";
+    cannot = opt.syncs_back_to_back ? "failure tolerance is off (--failure-tolerance)" : "failure tolerance is off";
   else if (peer < world.num_trainers)
     cannot = "a trainer rank cannot be lost (its shards have no other copy)";
   else if (in_broadcast)
@@ -60,10 +92,10 @@ void Engines::Impl::on_peer_lost(int peer, const PeerLoss& why) {
     return;  // an inference rank: the engine's loops declare it dead and its replica goes down
   const std::string timeout =
       why.kind == PeerLoss::Kind::kSilent ? " (--failure-timeout " + fmt_fixed(opt.failure_timeout_s, 1) + ")" : "";
-  heartbeats->announce_loss(peer, why);  // the others name this loss, not this rank's end
-  end_process(describe_rank(world.rank) + ": " + describe_rank(peer) + " lost: " + why.describe() + timeout + "; " +
-                  cannot + ": exiting",
-              5);
+  if (opt.syncs_back_to_back) heartbeats->announce_loss(peer, why);  // the others name this loss, not this rank's end
+  end_run(describe_rank(world.rank) + ": " + describe_rank(peer) + " lost: " + why.describe() + timeout + "; " + cannot +
+              (opt.syncs_back_to_back ? ": exiting" : ": the session is broken (its calls raise this; close it and leave)"),
+          5);
 }
 
 std::vector<int> Engines::Impl::consumers_of_local(int local_rank) const {
@@ -108,9 +140,10 @@ void Engines::Impl::start_watchdog() {
         const double silent = heartbeats ? heartbeats->silent_s(peer) : -1;
         if (silent >= 0) on += " (its last heartbeat " + fmt_fixed(silent, 1) + " s ago)";
       }
-      end_process(describe_rank(world.rank) + ": no progress for " + fmt_fixed(idle, 0) + " s while " +
+      end_run(describe_rank(world.rank) + ": no progress for " + fmt_fixed(idle, 0) + " s while " +
                       wait_phase.load(std::memory_order_relaxed) + on +
-                      "; a step that takes longer needs a longer --stall-timeout: exiting",
+                      (opt.syncs_back_to_back ? "; a step that takes longer needs a longer --stall-timeout: exiting"
+                                              : "; a step that takes longer needs a longer stall_timeout_s: the session is broken"),
                   4);
     }
   });
@@ -146,7 +179,9 @@ bool Engines::finish() {
   if (m.world.trainer) {
     m.waiting("ending the run (the trainers' reduction)");
     int any = 0;
-    MPI_CHECK(MPI_Allreduce(&degraded, &any, 1, MPI_INT, MPI_MAX, m.world.trainers));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallreduce(&degraded, &any, 1, MPI_INT, MPI_MAX, m.world.trainers, &req));
+    m.wait(&req);
     degraded = any;
     m.withdraw_contact();
     if (m.world.rank == 0) {
@@ -204,12 +239,15 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
   }
   std::vector<RankStats> trainers(size_t(m.world.rank == 0 ? m.world.num_trainers : 0));
   m.waiting("gathering the trainers' stats");
-  MPI_CHECK(MPI_Gather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine),
-                       MPI_BYTE, 0, m.world.trainers));
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, int(sizeof mine), MPI_BYTE, trainers.data(), int(sizeof mine), MPI_BYTE, 0,
+                        m.world.trainers, &req));
+  m.wait(&req);
   // Consumers any trainer declared dead in this sync.
   std::vector<uint8_t> dead_seen(m.liveness.dead.size(), 0);
-  MPI_CHECK(MPI_Reduce(m.liveness.dead.data(), dead_seen.data(), int(m.liveness.dead.size()),
-                       MPI_BYTE, MPI_MAX, 0, m.world.trainers));
+  MPI_CHECK(MPI_Ireduce(m.liveness.dead.data(), dead_seen.data(), int(m.liveness.dead.size()), MPI_BYTE, MPI_MAX, 0,
+                        m.world.trainers, &req));
+  m.wait(&req);
   m.beat();
   if (m.world.rank != 0) return all;
   for (size_t r = 0; r < dead_seen.size(); ++r)
@@ -238,6 +276,7 @@ std::vector<RankStats> Engines::collect(const RankStats& mine) {
       m.liveness.early_reports.pop_front();
     } else if (!m.transport->poll(&msg)) {
       m.transport->progress();
+      m.check_broken();
       for (int r : missing)
         if (m.lost(r)) m.declare_dead(r);
       std::erase_if(missing, [&](int r) { return m.liveness.dead[size_t(r)] != 0; });

@@ -88,6 +88,7 @@ class Producer {
       if (now_s() > next_check) {
         next_check = now_s() + 0.1;
         drop_lost();
+        m_.check_broken();
       }
       m_.transport->progress();
       start_gathers();

@@ -179,11 +179,14 @@ void Engines::Impl::accept_joins(uint64_t version) {
     rejoin.log.insert(rejoin.log.end(), rejoin.last.begin(), rejoin.last.end());
   }
   uint64_t n = taken.size();
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, world.trainers));
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, world.trainers, &req));
+  wait(&req);
   rejoin.taken_now = n > 0;
   if (n == 0) return;
   taken.resize(size_t(n));
-  MPI_CHECK(MPI_Bcast(taken.data(), int(n), MPI_BYTE, 0, world.trainers));
+  MPI_CHECK(MPI_Ibcast(taken.data(), int(n), MPI_BYTE, 0, world.trainers, &req));
+  wait(&req);
   for (size_t pos = 0; pos < taken.size();) {
     uint32_t r = 0;
     std::memcpy(&r, taken.data() + pos, 4);
@@ -219,6 +222,7 @@ bool Engines::Impl::wait_start_or_finish(double timeout_s) {
       continue;  // STANDDOWN again
     }
     transport->progress();
+    check_broken();
     if (deadline > 0 && now_s() > deadline)
       throw Error("no sync started within " + std::to_string(int(timeout_s)) +
                   " s (is the rank declared dead yet, and the job still running?)");
