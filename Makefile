@@ -56,7 +56,7 @@ run: build
 test: test-main test-asan test-tsan test-fuzz
 
 test-main: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 900 -LE gate-self
 
 # The project's sbatch script submitted for real to a single-node Slurm started here (part of
 # test-main too, where it skips with the reason when Slurm is not installed).
@@ -129,6 +129,7 @@ chaos: build
 # the reference is this commit.
 perf-check: build
 	python3 scripts/perf-check.py --build $(BUILD_DIR) --report $(BUILD_DIR)/perf-check.json
+	ctest --test-dir $(BUILD_DIR) --output-on-failure --timeout 1600 -L gate-self
 
 perf-calibrate: build
 	python3 scripts/perf-check.py --build $(BUILD_DIR) --calibrate $${PERF_CALIBRATE_RUNS:-4} --report $(BUILD_DIR)/perf-calibration.json \
