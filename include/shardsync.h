@@ -63,8 +63,10 @@ int shardsync_bind(shardsync_session* s, const char* name, void* data, const cha
                    const char* memory);
 
 /* Trainer ranks: every live receiver reads `version` (returns when they all have: the
- * tensors may then be written again). Inference ranks: fill the bound parameters with
- * `version`. Collective between the two sides; versions only go up. */
+ * tensors may then be written again). The caller's writes must be complete (on CUDA: its
+ * stream synchronized; the Python package does it). Inference ranks: fill the bound
+ * parameters with `version` (complete, device synchronized, when it returns). Collective
+ * between the two sides; versions only go up. */
 int shardsync_publish(shardsync_session* s, uint64_t version);
 int shardsync_pull(shardsync_session* s, uint64_t version);
 

@@ -205,7 +205,11 @@ class Session:
 
     def publish(self, version):
         """Trainer ranks: every live receiver reads `version` of the bound tensors; returns when
-        they all have (only then may the optimizer write them again)."""
+        they all have (only then may the optimizer write them again). With CUDA tensors it
+        orders after the caller's current stream (the optimizer's writes land first)."""
+        if self.memory == "cuda":
+            import torch
+            torch.cuda.current_stream().synchronize()
         _check(_library().shardsync_publish(self._h, ctypes.c_uint64(version)))
 
     def pull(self, version):
