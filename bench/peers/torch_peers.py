@@ -14,7 +14,7 @@ Process 0 is the trainer, 1..N the inference TP ranks; one GPU visible: all on c
 """
 import argparse, datetime, json, os, socket, statistics, subprocess, sys, time, traceback
 
-PEERS = ("bucketed-ipc", "ipc-per-tensor", "nccl-bcast", "nccl-bucket")
+PEERS = ("bucketed-ipc", "ipc-per-tensor", "ipc-kept", "ipc-kept-foreach", "nccl-bcast", "nccl-bucket")
 QWEN3_8B = (16_381_470_720, 399)  # bytes, tensors: checked when the whole qwen3-8b is used
 ALIGN = 128                        # elements (256 B) between tensors in a bucket: aligned copies
 POISON = 0x7FFF                    # a bf16 NaN; an element no sync wrote keeps it and is caught
@@ -114,15 +114,20 @@ def layout(s, r, N):
     return shapes, pieces
 
 
-def copy_piece(src, merged, piece):
+def piece_views(src, merged, piece):
+    """(destination slice, source slice) of one piece."""
     m, off, dim, start, n = piece
     dst = merged[m]
     if dim is None:
-        dst.copy_(src)
-    elif dim == 0:
-        dst[off:off + n].copy_(src[start:start + n])
-    else:
-        dst.copy_(src[:, start:start + n])
+        return dst, src
+    if dim == 0:
+        return dst[off:off + n], src[start:start + n]
+    return dst, src[:, start:start + n]
+
+
+def copy_piece(src, merged, piece):
+    dst, s = piece_views(src, merged, piece)
+    dst.copy_(s)
 
 
 def expected(s, full, r, N):
@@ -250,6 +255,8 @@ class Trainer:
             if self.dev == "cpu":
                 bucket.share_memory_()
             payload = bucket  # pickled once through the queue: a CUDA IPC handle, opened once there
+        elif peer.startswith("ipc-kept"):
+            payload = self.w  # every tensor's handle, sent once, opened once there and kept
         self.send("peer", peer, buckets, nb, payload)
         self.wait("peer-ready")
         rows = []
@@ -273,6 +280,9 @@ class Trainer:
             elif peer == "ipc-per-tensor":
                 # as naive users do: a fresh handle per tensor per sync (reduce_tensor), opened there
                 self.send("tensors", [reduce_tensor(t) for t in self.w])
+                copy_s = [p[0] for p in self.wait("done")]
+            elif peer.startswith("ipc-kept"):
+                self.send("go", i)  # the weights are written: read them through the kept handles
                 copy_s = [p[0] for p in self.wait("done")]
             else:
                 ev = []
@@ -319,6 +329,14 @@ def inference(a, s, rank, ctl, up):
         if peer == "nccl-bucket":
             bucket = torch.empty(nb, dtype=torch.bfloat16, device=dev)
         recv = torch.empty(max(numel(sh) for sh in tshape), dtype=torch.bfloat16, device=dev) if peer == "nccl-bcast" else None
+        kept_views = None
+        if peer == "ipc-kept-foreach":  # every (final slice, source slice) pair, made once
+            kept_views = ([], [])
+            for idx, t in enumerate(bucket):
+                if idx != skip:
+                    d, sv = piece_views(t, merged, pieces[idx])
+                    kept_views[0].append(d)
+                    kept_views[1].append(sv)
         say("peer-ready")
         while True:
             msg = ctl.get(timeout=WAIT_S)
@@ -338,6 +356,21 @@ def inference(a, s, rank, ctl, up):
                             copy_piece(bucket[off:off + numel(tshape[idx])].view(tshape[idx]), merged, pieces[idx])
                     sync(dev)
                     say("done", time.perf_counter() - t0)
+            elif peer.startswith("ipc-kept"):
+                # the strongest plain PyTorch design: handles opened once (the peer's payload, kept
+                # across syncs); each sync copies every tensor straight into its final slice, one
+                # copy_ each, or all in one torch._foreach_copy_
+                ctl.get(timeout=WAIT_S)
+                t0 = time.perf_counter()
+                if peer == "ipc-kept":
+                    for idx, t in enumerate(bucket):
+                        if idx != skip:
+                            copy_piece(t, merged, pieces[idx])
+                else:
+                    dsts, srcs = kept_views
+                    torch._foreach_copy_(dsts, srcs)
+                sync(dev)
+                say("done", time.perf_counter() - t0)
             elif peer == "ipc-per-tensor":
                 handles = ctl.get(timeout=WAIT_S)[1]
                 t0 = time.perf_counter()  # copy-out time includes opening the handles
@@ -372,7 +405,7 @@ def inference(a, s, rank, ctl, up):
                 del full, exp
             sync(dev)
             say("verified", wrong, time.perf_counter() - t0)
-        del bucket, recv
+        del bucket, recv, kept_views
         if dev != "cpu":
             torch.cuda.empty_cache()
         say("released")
@@ -452,7 +485,7 @@ def engine_json(peer, rows, a, moved, nb, rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--peer", default="bucketed-ipc,ipc-per-tensor,nccl-bcast,nccl-bucket",
+    ap.add_argument("--peer", default=",".join(PEERS),
                     help="comma-separated peers to measure (default: all): " + ", ".join(PEERS))
     ap.add_argument("--config", "--model-config", dest="config", default="configs/models/qwen3-8b.json",
                     help="HuggingFace config.json of a dense qwen3/llama model (default %(default)s)")

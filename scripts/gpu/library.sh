@@ -55,7 +55,7 @@ case "$what" in
       done
     done
     step peers 300 "$PY" bench/peers/torch_peers.py --config configs/models/qwen3-8b.json --inference-tp 1 \
-      --peer bucketed-ipc,ipc-per-tensor --syncs 20 --json "$OUT/peers-tp1.json"
+      --peer bucketed-ipc,ipc-per-tensor,ipc-kept,ipc-kept-foreach --syncs 20 --json "$OUT/peers-tp1.json"
     tail -5 "$LOGS/peers.log" | tee -a "$SUM"
     ;;
   *) echo "usage: $0 check|time"; exit 2 ;;
