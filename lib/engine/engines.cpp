@@ -64,7 +64,7 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
       trainer_side.caller = caller.get();
       trainer_side.source = std::move(caller);
     } else {
-      trainer_side.source = std::make_unique<SyntheticSource>(*trainer_side.shards, opt.updates);
+      trainer_side.source = std::make_unique<SyntheticSource>(*trainer_side.shards, opt.updates, opt.stale_at_sync);
     }
     uint8_t* region = trainer_side.registered.data();  // gathers may read the members' weights
     trainer_side.trainers_comm = make_group_comm(world.trainers, *device, region);
@@ -87,6 +87,11 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
     consumer_side.landing = Region{consumer_side.registered.data(), opt.recv_buffer_bytes};
     consumer_side.live = Region{consumer_side.registered.data() + live_base(), off};
     consumer_side.params_bound = Bindings(consumer_side.plan->params.size());
+    for (size_t k = 0; k < consumer_side.plan->params.size(); ++k) {
+      const EngineParam& ep = consumer_side.plan->params[k];
+      consumer_side.param_slots.push_back(
+          TensorSlot{ep.name, ep.dtype, ep.shape, consumer_side.live.data() + consumer_side.param_offset[k], ep.bytes()});
+    }
     for (const PlanEntry& e : consumer_side.plan->entries)
       if (!e.is_fill())
         consumer_side.group_copy_bytes[consumer_side.group_of_param[size_t(e.engine_param)]] +=
@@ -363,17 +368,13 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   m.check_broken();
   if (!m.armed) m.arm();
   if (m.world.trainer) {
-    if (auto* synthetic = dynamic_cast<SyntheticSource*>(m.trainer_side.source.get()))
-      synthetic->keep_stale(sync_index == m.opt.stale_at_sync && !m.trainer_side.shards->shards().empty()
-                                ? m.trainer_side.shards->shards().front().hf
-                                : -1);
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
     m.waiting("at the trainers' barrier before a sync");
     MPI_Request req;
     MPI_CHECK(MPI_Ibarrier(m.world.trainers, &req));
     m.wait(&req);
-    const int64_t staged = m.trainer_side.source->prepare(version);
+    const int64_t staged = m.trainer_side.source->prepare(version, sync_index);
     // Consumers may read the weights as soon as START arrives: every trainer has filled them.
     MPI_CHECK(MPI_Ibarrier(m.world.trainers, &req));
     m.wait(&req);
@@ -447,22 +448,16 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
                                                                        : m.run_consumer(engine, sync_index, version);
   st.replica = m.world.replica;
   if (m.opt.weights == WeightsFrom::kCaller && st.reported && !st.stood_down && !st.skipped)
-    st.staged_bytes = copy_out(slots(), m.consumer_side.params_bound, *m.device);
+    st.staged_bytes = copy_out(m.consumer_side.param_slots, m.consumer_side.params_bound, *m.device);
   return st;
 }
 
 std::vector<TensorSlot> Engines::slots() const {
   const Impl& m = *impl_;
+  if (!m.world.trainer) return m.consumer_side.param_slots;
   std::vector<TensorSlot> out;
-  if (m.world.trainer) {
-    for (const TrainerShards::Shard& s : m.trainer_side.shards->shards())
-      out.push_back(TensorSlot{m.model.param(s.hf).name, m.model.param(s.hf).dtype, s.box.length, s.data, s.bytes});
-  } else {
-    const RankPlan& plan = *m.consumer_side.plan;
-    for (size_t i = 0; i < plan.params.size(); ++i)
-      out.push_back(TensorSlot{plan.params[i].name, plan.params[i].dtype, plan.params[i].shape,
-                               m.consumer_side.live.data() + m.consumer_side.param_offset[i], plan.params[i].bytes()});
-  }
+  for (const TrainerShards::Shard& s : m.trainer_side.shards->shards())
+    out.push_back(TensorSlot{m.model.param(s.hf).name, m.model.param(s.hf).dtype, s.box.length, s.data, s.bytes});
   return out;
 }
 

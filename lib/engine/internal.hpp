@@ -151,6 +151,7 @@ struct ConsumerSide {
   std::map<int32_t, int64_t> group_copy_bytes;                // bytes pulled per group (plan copies)
   std::map<int, ConsumerSchedule> schedules;                  // by engine
   std::map<int, bool> requests_sent;                          // engines whose requests were sent once
+  std::vector<TensorSlot> param_slots;                        // each engine param's slot in `live`
   Bindings params_bound;                                      // the caller's parameters (WeightsFrom::kCaller)
   BufferPool layerwise_pool;
   DeviceBuffer bcast_bucket;  // broadcast's receive bucket, kept across syncs

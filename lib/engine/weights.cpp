@@ -3,12 +3,13 @@
 
 namespace shardsync {
 
-int64_t SyntheticSource::prepare(uint64_t version) {
-  shards_.fill(version, updates_, stale_hf_);
+int64_t SyntheticSource::prepare(uint64_t version, int sync_index) {
+  const bool stale = sync_index == stale_at_sync_ && !shards_.shards().empty();
+  shards_.fill(version, updates_, stale ? shards_.shards().front().hf : -1);
   return 0;
 }
 
-int64_t CallerSource::prepare(uint64_t) {
+int64_t CallerSource::prepare(uint64_t, int) {
   int64_t staged = 0;
   const auto& shards = shards_.shards();
   for (size_t i = 0; i < shards.size(); ++i) {

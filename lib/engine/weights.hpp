@@ -51,28 +51,29 @@ class Bindings {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // Brings the region to `version` before the sync starts; returns the bytes staged (copied in).
-  virtual int64_t prepare(uint64_t version) = 0;
+  // Brings the region to `version` before sync `sync_index` starts; returns the bytes staged
+  // (copied in).
+  virtual int64_t prepare(uint64_t version, int sync_index) = 0;
   // Whether every element's value at a version is known to any rank (verification by
   // expected values); false for the caller's weights.
   virtual bool expected_values() const = 0;
   virtual std::string describe() const = 0;
 };
 
-// Synthetic weights (the benchmark's source): TrainerShards::fill per version; `stale_hf` (a
-// test hook, -1: none) keeps one tensor at its old version.
+// Synthetic weights (the benchmark's source): TrainerShards::fill per version; at sync
+// `stale_at_sync` (a test hook, -1: never) the rank's first shard keeps its old version.
 class SyntheticSource : public WeightSource {
  public:
-  SyntheticSource(TrainerShards& shards, const UpdateModel& updates) : shards_(shards), updates_(updates) {}
-  void keep_stale(int32_t hf) { stale_hf_ = hf; }
-  int64_t prepare(uint64_t version) override;
+  SyntheticSource(TrainerShards& shards, const UpdateModel& updates, int stale_at_sync)
+      : shards_(shards), updates_(updates), stale_at_sync_(stale_at_sync) {}
+  int64_t prepare(uint64_t version, int sync_index) override;
   bool expected_values() const override { return true; }
   std::string describe() const override { return "synthetic: " + updates_.describe(); }
 
  private:
   TrainerShards& shards_;
   UpdateModel updates_;
-  int32_t stale_hf_ = -1;
+  int stale_at_sync_ = -1;
 };
 
 // The caller's tensors, one per shard of the region (bound in the slots' order).
@@ -80,7 +81,7 @@ class CallerSource : public WeightSource {
  public:
   CallerSource(TrainerShards& shards, Device& device) : shards_(shards), device_(device), bound_(shards.shards().size()) {}
   Bindings& bindings() { return bound_; }
-  int64_t prepare(uint64_t version) override;
+  int64_t prepare(uint64_t version, int sync_index) override;
   bool expected_values() const override { return false; }
   std::string describe() const override { return "the caller's tensors"; }
 
