@@ -41,13 +41,18 @@ def main():
     ap.add_argument("--in-slots", action="store_true",
                     help="keep the tensors in the library's slots (zero copy) instead of the caller's own arrays")
     ap.add_argument("--torch", choices=("cpu", "cuda"), help="torch tensors on this device instead of numpy arrays")
+    ap.add_argument("--checksum", action="store_true",
+                    help="the library checksums every piece (trainer where it lies, receiver where it landed)")
+    ap.add_argument("--test-corrupt-at", type=int, default=-1, help=argparse.SUPPRESS)  # test hook (sync index)
     ap.add_argument("--adamw", action="store_true", help="with --torch: real AdamW steps (trainer rank 0) instead of numpy updates")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(os.path.join(HERE, "..", "configs", "models", args.model + ".json")) as f:
         cfg = json.load(f)
     s = shardsync.Session(comm, model=args.model, trainer=args.trainer, inference=args.inference,
-                          replicas=args.replicas, engine=args.engine, memory="cuda" if args.torch == "cuda" else "host")
+                          replicas=args.replicas, engine=args.engine, memory="cuda" if args.torch == "cuda" else "host",
+                          checksum=args.checksum,
+                          **({"test_corrupt_at_sync": args.test_corrupt_at} if args.test_corrupt_at >= 0 else {}))
     if args.torch:
         import torch
 
@@ -119,11 +124,14 @@ def main():
                  if got[n].shape != want[n].shape or not np.array_equal(got[n], want[n])}
         last = s.last_sync()
         held_version, partial = s.held_version
+        sums = (f", checksums: {last['checksum_pieces']} pieces, {last['checksum_differ']} differ, "
+                f"{last['hash_seconds']:.4f} s hashing" if args.checksum else "")
         print(f"rank {s.rank} (replica {s.replica}, local {s.local_rank}): version {version}: {len(params)} parameters, "
-              f"{sum(g.nbytes for g in got.values())} bytes, {last['seconds']:.4f} s, staged {last['staged_bytes']} B, "
+              f"{sum(g.nbytes for g in got.values())} bytes, {last['seconds']:.4f} s, staged {last['staged_bytes']} B{sums}, "
               + ("bit-exact" if not wrong else f"{len(wrong)} WRONG, e.g. {next(iter(wrong))}")
               + (f" (held {held_version}, partial)" if partial or held_version != version else ""), flush=True)
         bad += len(wrong) + (held_version != version) + partial
+        bad += args.checksum and (last["checksum_pieces"] == 0 or last["checksum_differ"] != 0)
     s.close()
     total = comm.allreduce(bad, op=MPI.SUM)
     if comm.rank == 0:

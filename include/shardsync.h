@@ -45,7 +45,7 @@ const char* shardsync_last_error(void);
  * comm.py2f()). options_json: {"model": NAME|PATH, "trainer": "tp2", "inference": "tp2",
  * "replicas": 1, "engine": "v3", "transport": "auto", "memory": "host"|"cuda", "gpu": 0,
  * "failure_timeout_s": 10, "stall_timeout_s": 120, "send_buffer_bytes": ..., "recv_buffer_bytes":
- * ..., "chunk_bytes": ...}. */
+ * ..., "chunk_bytes": ..., "checksum": false}. */
 int shardsync_open(int64_t mpi_comm_f, const char* options_json, shardsync_session** out);
 
 /* This rank: trainer (1) or inference (0), its rank, replica and rank in the replica (-1 on
@@ -75,6 +75,11 @@ int shardsync_held_version(const shardsync_session* s, uint64_t* version, int* p
 /* This rank's last sync: seconds, bytes received (inference) or served (trainer), bytes staged
  * (copied in or out because a bound tensor lies outside its slot). */
 int shardsync_last_sync(const shardsync_session* s, double* seconds, int64_t* bytes, int64_t* staged_bytes);
+
+/* With "checksum": true, this rank's last sync: pieces hashed (trainer: where they lie; inference:
+ * where they landed, and compared), pieces whose sums differed (inference; a pull with any fails),
+ * and the seconds spent hashing (part of the sync's time). */
+int shardsync_last_checksum(const shardsync_session* s, int64_t* pieces, int64_t* differ, double* hash_seconds);
 
 /* Collective end of the run; frees the session. */
 int shardsync_close(shardsync_session* s);

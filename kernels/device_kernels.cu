@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "device/device.hpp"
 #include "common/check.hpp"
+#include "checksum_kernels.cuh"
 #include "copy_kernels.cuh"
 #include "delta_kernels.cuh"
 #include "fp8_kernels.cuh"
@@ -219,6 +220,61 @@ class CudaDevice : public Device {
       r.first_index = int64_t(out[1] & ((1ull << 40) - 1));
     }
     return r;
+  }
+  // kernels/checksum_kernels.cuh: one launch for the batch on the main stream, after
+  // everything queued there; the sums come back.
+  std::vector<uint64_t> checksum(const std::vector<HashJob>& jobs) override {
+    using kernels::HashDevJob;
+    std::vector<uint64_t> out(jobs.size(), 0);
+    std::vector<HashDevJob> kj;
+    std::vector<int64_t> first_tile, index;
+    int64_t tiles = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const HashJob& h = jobs[i];
+      if (h.desc.numel == 0) continue;
+      if (h.desc.dims.size() > size_t(kernels::kMaxOuter) + 1) throw Error("device checksum: a piece with more than 8 loops");
+      HashDevJob k{};
+      k.data = h.data;
+      k.src_offset = h.desc.src_offset;
+      k.dst_offset = h.desc.dst_offset;
+      k.index_shift = h.index_shift;
+      const CopyDim& in = h.desc.dims.back();
+      k.inner = in.size;
+      k.inner_src_stride = in.src_stride;
+      k.inner_dst_stride = in.dst_stride;
+      k.runs = h.desc.numel / in.size;
+      k.outer = int32_t(h.desc.dims.size()) - 1;
+      for (int d = 0; d < k.outer; ++d) {
+        k.size[d] = h.desc.dims[size_t(d)].size;
+        k.src_stride[d] = h.desc.dims[size_t(d)].src_stride;
+        k.dst_stride[d] = h.desc.dims[size_t(d)].dst_stride;
+      }
+      k.elem_bytes = h.elem_bytes;
+      k.tensor = h.tensor;
+      k.at_src = h.at_src ? 1 : 0;
+      kj.push_back(k);
+      first_tile.push_back(tiles);
+      index.push_back(int64_t(i));
+      tiles += (h.desc.numel + kernels::kHashTileElems - 1) / kernels::kHashTileElems;
+    }
+    if (tiles == 0) return out;
+    if (tiles > int64_t(INT32_MAX)) throw Error("device checksum: a batch of more than 2^31 tiles");
+    cudaStream_t s = streams_[0];
+    uint8_t* d = upload_jobs(kj, first_tile, s);
+    unsigned long long* sums = nullptr;
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), kj.size() * sizeof(unsigned long long), s));
+    CUDA_CHECK(cudaMemsetAsync(sums, 0, kj.size() * sizeof(unsigned long long), s));
+    kernels::checksum_kernel<<<unsigned(tiles), kernels::kHashThreads, 0, s>>>(
+        reinterpret_cast<const HashDevJob*>(d), reinterpret_cast<const int64_t*>(d + kj.size() * sizeof(HashDevJob)),
+        int(kj.size()), sums);
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<unsigned long long> got(kj.size());
+    CUDA_CHECK(cudaMemcpyAsync(got.data(), sums, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaFreeAsync(sums, s));
+    CUDA_CHECK(cudaFreeAsync(d, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < got.size(); ++i) out[size_t(index[i])] = uint64_t(got[i]);
+    return out;
   }
   // kernels/delta_kernels.cuh: four launches for the batch on the main stream (after its
   // pack), then the records' sizes come back.

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/table.hpp"
 #include "device/device.hpp"
+#include "engine/checksum.hpp"
 #include "plan/store.hpp"
 #include "report/result.hpp"
 
@@ -46,6 +47,11 @@ void add_data_path_options(CLI::App* app, SyncRunOptions* o) {
       ->capture_default_str();
   app->add_flag("!--no-verify", o->engine.verify,
                 "Skip verification (pure timing; never the default)");
+  app->add_flag("--checksum", o->engine.checksum,
+                "Pull engines: the trainer hashes each piece where it lies, the receiver where it landed (right "
+                "after its copy), and the sums are compared; a difference names the tensor, the parameter's "
+                "elements and the trainer. The trainers' hashing time is reported apart (hash_s). The broadcast "
+                "is not checksummed; not with --wire fp8 or --dedupe-node. Synthetic values are still verified");
   add_update_options(app, &o->engine.updates);
   app->add_flag("--delta", o->engine.delta,
                 "Pull engines: each packed chunk travels as what changed since it was last sent (a bitmap of "
@@ -513,19 +519,30 @@ void run_engine(EngineKind kind, const SyncRunOptions& o, Engines& engines, cons
       continue;
     }
     double t = 0;
-    int64_t wrong = 0;
+    int64_t wrong = 0, bad_sums = 0, sums = 0;
     for (const RankStats& r : all) {
       t = std::max(t, r.total_s);
       wrong += r.mismatches;
+      if (!r.trainer) sums += r.checksum_pieces;
+      bad_sums += r.checksum_bad;
       if (r.mismatches > 0 && log.failure.empty())
         log.failure = "verification failed in " + name + " sync " + std::to_string(k) +
                       " (weights version " + std::to_string(log.version - 1) +
                       "): " + describe_mismatch(r, w, rs.s, rs.plans);
+      if (r.checksum_bad > 0 && log.failure.empty()) {
+        const int inf_rank = r.rank - w.num_trainers;
+        log.failure = "checksums failed in " + name + " sync " + std::to_string(k) + " (weights version " +
+                      std::to_string(log.version - 1) + "): rank " + std::to_string(r.rank) + " (inference rank " +
+                      std::to_string(inf_rank) + "): " +
+                      describe_bad_sums(r, *rs.s.model, rs.plans[size_t(rs.s.inference->coord(inf_rank).local)]);
+      }
     }
+    const std::string checked =
+        o.engine.checksum && name != "broadcast" ? ", " + std::to_string(bad_sums) + " of " + std::to_string(sums) + " checksums differ" : "";
     if (!o.quiet)
       progress_line("# " + name + " sync " + std::to_string(k + 1) + "/" +
                     std::to_string(o.warmup + o.syncs) + (k < o.warmup ? " (warm-up)" : "") + ": " +
-                    fmt_fixed(t, 6) + " s, " + std::to_string(wrong) + " wrong" + state);
+                    fmt_fixed(t, 6) + " s, " + std::to_string(wrong) + " wrong" + checked + state);
     run.syncs.push_back(std::move(all));
     if (!log.failure.empty()) break;
   }
@@ -608,6 +625,7 @@ void report(const SyncRunOptions& o, const RunSetup& rs, Engines& engines, const
                    {"min_get_bytes", o.engine.min_get_bytes},
                    {"layerwise", o.engine.layerwise},
                    {"verify", o.engine.verify},
+                   {"checksum", o.engine.checksum},
                    {"update_density", o.engine.updates.density},
                    {"update_pattern", o.engine.updates.clustered ? "rows" : "uniform"},
                    {"delta", o.engine.delta},

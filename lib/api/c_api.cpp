@@ -70,10 +70,14 @@ SessionOptions parse_options(const char* text) {
     else if (key == "send_buffer_bytes") num(&o.send_buffer_bytes);
     else if (key == "recv_buffer_bytes") num(&o.recv_buffer_bytes);
     else if (key == "chunk_bytes") num(&o.chunk_bytes);
-    else
+    else if (key == "test_corrupt_at_sync") num(&o.test_corrupt_at_sync);
+    else if (key == "checksum") {
+      if (!v.is_boolean()) throw InputError("options_json", key, "true or false");
+      o.checksum = v.get<bool>();
+    } else
       throw InputError("options_json", key,
                        "one of model, trainer, inference, replicas, engine, transport, memory, gpu, failure_timeout_s, "
-                       "stall_timeout_s, send_buffer_bytes, recv_buffer_bytes, chunk_bytes");
+                       "stall_timeout_s, send_buffer_bytes, recv_buffer_bytes, chunk_bytes, checksum");
   }
   return o;
 }
@@ -177,6 +181,16 @@ int shardsync_last_sync(const shardsync_session* s, double* seconds, int64_t* by
     if (seconds) *seconds = st.total_s;
     if (bytes) *bytes = st.trainer ? st.bytes_out : st.bytes_in;
     if (staged_bytes) *staged_bytes = st.staged_bytes;
+  });
+}
+
+int shardsync_last_checksum(const shardsync_session* s, int64_t* pieces, int64_t* differ, double* hash_seconds) {
+  return guarded([&] {
+    need(s, "session");
+    const auto& st = s->session->last();
+    if (pieces) *pieces = st.checksum_pieces;
+    if (differ) *differ = st.checksum_bad;
+    if (hash_seconds) *hash_seconds = st.hash_s;
   });
 }
 

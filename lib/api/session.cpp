@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "engine/checksum.hpp"
 #include "engine/engine.hpp"
 #include "layout/parse.hpp"
 #include "model/catalog.hpp"
@@ -104,6 +105,10 @@ Session::Session(MPI_Comm comm, const SessionOptions& o) : s_(std::make_unique<S
     eo.send_buffer_bytes = o.send_buffer_bytes;
     eo.recv_buffer_bytes = o.recv_buffer_bytes;
     eo.chunk_bytes = o.chunk_bytes;
+    eo.checksum = o.checksum;
+    eo.corrupt_at_sync = o.test_corrupt_at_sync;
+    if (o.checksum && e->delivery != Delivery::kPull)
+      throw InputError("checksum", "true", "a pull engine (v1-v4): the broadcast moves whole buckets, not pieces, given " + o.engine);
     eo.check_sizes();
     if (o.failure_timeout_s < 0.01) throw InputError("failure_timeout_s", std::to_string(o.failure_timeout_s), "0.01 s or more");
     s.plans = record_plans(*s.model, *s.inference);
@@ -186,6 +191,10 @@ void Session::sync(uint64_t version, bool trainer_side) {
   if (st.stood_down || st.skipped)
     throw Error("pull of version " + std::to_string(version) + ": this rank's replica is down (a rank of it was lost); "
                 "the parameters are partial (last whole version " + std::to_string(held_version_) + ")");
+  if (st.checksum_bad > 0)  // the parameters hold what landed, which is not what the trainers hashed
+    throw Error("pull of version " + std::to_string(version) + ": rank " + std::to_string(rank()) + ": " +
+                describe_bad_sums(st, *s_->model, s_->plans.at(size_t(s_->inference->coord(rank() - s_->world.num_trainers).local))) +
+                "; the parameters are partial (last whole version " + std::to_string(held_version_) + ")");
   held_version_ = version;
   partial_ = false;
 }

@@ -36,6 +36,11 @@ struct SessionOptions {
   double failure_timeout_s = 10;
   double stall_timeout_s = 120;
   int64_t send_buffer_bytes = 64 << 20, recv_buffer_bytes = 16 << 20, chunk_bytes = 4 << 20;
+  // Checksums of every piece (engine/checksum.hpp): the trainer hashes it where it lies, the
+  // receiver where it landed; a pull whose sums differ raises, naming the tensor and elements.
+  // Not with the broadcast engine.
+  bool checksum = false;
+  int test_corrupt_at_sync = -1;  // test hook: inference rank 0 flips one landed bit at this sync (0-based)
 };
 
 // One tensor this rank binds: a trainer's HF shard, an inference rank's engine parameter.

@@ -77,6 +77,26 @@ void cpu_synth(const SynthJob& job) {
   });
 }
 
+std::vector<uint64_t> cpu_checksum(const std::vector<HashJob>& jobs) {
+  std::vector<uint64_t> out(jobs.size(), 0);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const HashJob& job = jobs[j];
+    const int64_t eb = job.elem_bytes;
+    uint64_t sum = 0;
+    for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
+      const uint8_t* p = job.data + (job.at_src ? s : d) * eb;
+      const int64_t step = (job.at_src ? ss : ds) * eb;
+      for (int64_t i = 0; i < n; ++i, p += step) {
+        uint64_t bits = 0;  // little-endian, as the GPU reads it
+        std::memcpy(&bits, p, size_t(std::min<int64_t>(eb, 8)));
+        sum += checksum_term(job.tensor, s + i * ss + job.index_shift, bits);
+      }
+    });
+    out[j] = sum;
+  }
+  return out;
+}
+
 VerifyResult cpu_verify(const std::vector<SynthJob>& jobs) {
   VerifyResult r;
   std::vector<uint8_t> want;
@@ -186,6 +206,7 @@ class CpuDevice : public Device {
   }
   void synchronize() override { bg_.drain(); }
   VerifyResult verify(const std::vector<SynthJob>& jobs) override { return cpu_verify(jobs); }
+  std::vector<uint64_t> checksum(const std::vector<HashJob>& jobs) override { return cpu_checksum(jobs); }
   // The main lane is synchronous: the chunks are packed.
   std::vector<DeltaRecord> delta_encode(const std::vector<DeltaEncodeJob>& jobs) override {
     std::vector<DeltaRecord> out;

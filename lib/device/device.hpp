@@ -49,6 +49,19 @@ struct QuantJob {
   int64_t rows = 0, cols = 0;
 };
 
+// --checksum: the sum of checksum_term(tensor, element, bits) over a piece (synth_hash.hpp). The
+// element indices are desc's source positions plus `index_shift` (the HF tensor's elements);
+// the bits are read at desc's source positions (`at_src`: a trainer's shard or slab) or at its
+// destination positions (a receiver's parameter, after its copy).
+struct HashJob {
+  const uint8_t* data = nullptr;
+  CopyDesc desc;
+  int32_t elem_bytes = 2;
+  int32_t tensor = 0;
+  int64_t index_shift = 0;
+  bool at_src = false;
+};
+
 struct VerifyResult {
   int64_t mismatches = 0;
   int64_t first_job = -1;    // job of the lowest mismatching job index
@@ -90,6 +103,8 @@ class Device {
 
   // Synchronous checks and host staging.
   virtual VerifyResult verify(const std::vector<SynthJob>& jobs) = 0;
+  // --checksum: each job's sum, after everything queued on the main lane.
+  virtual std::vector<uint64_t> checksum(const std::vector<HashJob>& jobs) = 0;
   virtual void to_host(void* dst, const uint8_t* src, int64_t bytes) = 0;
   virtual void from_host(uint8_t* dst, const void* src, int64_t bytes) = 0;
   // The native stream of the main lane (cudaStream_t), for NCCL and copies; null on the CPU.
@@ -175,5 +190,6 @@ std::string broken_gpu_setup();
 void synth_fill(void* dst, const SynthKey& key, int64_t first, int64_t n, int64_t elem_bytes);
 void cpu_synth(const SynthJob& job);
 VerifyResult cpu_verify(const std::vector<SynthJob>& jobs);
+std::vector<uint64_t> cpu_checksum(const std::vector<HashJob>& jobs);
 
 }  // namespace shardsync

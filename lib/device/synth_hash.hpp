@@ -140,4 +140,14 @@ SHARDSYNC_HD uint32_t synth_value(const SynthKey& k, int64_t elem, int64_t elem_
   return synth_element(synth_seed(k.hf, last_change(k, elem)), elem, elem_bytes);
 }
 
+// --checksum: one element's term of a piece's checksum, from its HF tensor, its element index
+// in the full HF tensor and its bits (zero-extended). A piece's checksum is the
+// sum of its terms mod 2^64, so the trainer and the receiver get the same sum whatever order or
+// batches they visit the elements in; a changed element changes its term (a collision of two
+// terms is 1 in 2^64).
+SHARDSYNC_HD uint64_t checksum_term(int32_t hf, int64_t elem, uint64_t bits) {
+  return mix64((uint64_t(uint32_t(hf)) << 40) ^ (uint64_t(elem) * 0x9e3779b97f4a7c15ULL) ^
+               (uint64_t(bits) * 0xc2b2ae3d27d4eb4fULL) ^ 0x636865636b73756dULL);
+}
+
 }  // namespace shardsync

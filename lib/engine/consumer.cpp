@@ -48,6 +48,10 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
       continue;
     }
     if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it: nothing owed
+    if (m.type == kMsgHashes) {  // --checksum: a trainer's sums of our one-pass pieces
+      consumer_side.direct_hashes[m.from] = std::move(m);
+      continue;
+    }
     if (m.type == kMsgStandDown) {  // this replica was taken down: serve no syncs until it is back
       consumer_side.stood_down = true;
       return false;
@@ -104,6 +108,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     int32_t unit, chunk;
     int trainer;
     int64_t offset, bytes;
+    std::vector<uint8_t> sums;  // --checksum: the trainer's, from its READY
   };
   struct Pending {  // device work whose completion frees something
     Fence fence;
@@ -188,6 +193,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     }
     PhaseTimer t(st.process_s);
     std::vector<CopyJob> jobs;
+    std::vector<HashJob> hashes;  // --checksum: each piece where its copy put it
     std::vector<int32_t> completed;
     for (const ChunkPiece& p : ch.pieces) {
       int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
@@ -205,11 +211,16 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         if (!in_place)
           dst = layerwise(g, buffers, meter).data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first);
         jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb});
+        if (opt.checksum) hashes.push_back(piece_hash_at_receiver(p, dst, eb));
       }
       packed_landed += plan_bytes;
       if ((group_left[g] -= plan_bytes) == 0 && !in_place) completed.push_back(g);
     }
     device->copy(jobs);
+    if (opt.checksum) {  // right after the copy, while the chunk's pieces are fresh (FP8 on the wire is refused)
+      PhaseTimer th(st.hash_s);
+      compare_sums(ch.pieces, device->checksum(hashes), f.sums, f.trainer, st);
+    }
     landing_free.push_back(Pending{device->fence(Lane::kMain), f.offset, f.bytes, {}});
     for (int32_t g : completed) complete_group(g);
     // The bytes are in our receive buffer: the trainer may reuse its region now.
@@ -251,6 +262,10 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
         continue;
       }
       if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it
+      if (m.type == kMsgHashes) {
+        consumer_side.direct_hashes[m.from] = std::move(m);
+        continue;
+      }
       if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
       readies.push_back(std::move(m));
       progressed = true;
@@ -268,7 +283,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
       auto off = arena.alloc(r.y);
       if (!off) break;
       Transport::GetId id = transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
-      gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y});
+      gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, r.payload});
       transfer.begin(now_s());
       ++st.gets;
       readies.pop_front();
@@ -331,6 +346,7 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     b ^= 0x01;
     device->from_host(direct.first_dst(), &b, 1);
   }
+  check_direct_sums(sched, version, st);
   stretch_sync_for_test(e, t0);
   st.total_s = now_s() - t0;
   st.transfer_s += transfer.total();  // with the copies in the node

@@ -33,6 +33,11 @@ struct SyncOptions {
   int64_t bucket_bytes = 64 << 20;       // broadcast bucket
   int inflight = 2;                      // V3: gathered weight groups a trainer may hold
   bool verify = true;
+  // Checksums of the bytes moved (engine/checksum.hpp): the trainer hashes each piece where it
+  // lies, the receiver where it landed, and the sums are compared; a difference names the tensor
+  // and the elements. The caller's weights have no expected values, so this is how their syncs
+  // are verified. Pull engines only; not with FP8 on the wire or --dedupe-node.
+  bool checksum = false;
   // Where the trainers' weights come from (engine/weights.hpp): synthetic values (verified
   // element by element against their expected values), or the caller's tensors (the library:
   // bound to Engines::slots(); no expected values, so no element verification here).

@@ -38,6 +38,10 @@ Engines::Impl::Impl(World& w, const ModelSpec& m, const TrainerPlacement& t, con
     : world(w), model(m), trainer(t), inference(i), plans(p), opt(o) {
   chunk_bytes = opt.effective_chunk_bytes();
   if (opt.wire_fp8) check_fp8_wire(model, trainer, inference);  // every rank refuses alike
+  if (opt.checksum && opt.wire_fp8)
+    throw InputError("--checksum", "on", "not with --wire fp8 yet: the trainer hashes bf16 where it lies, the receiver gets codes");
+  if (opt.checksum && opt.dedupe_node)
+    throw InputError("--checksum", "on", "not with --dedupe-node yet: pieces copied from a rank of the node have no trainer sums");
   if (opt.weights == WeightsFrom::kCaller && inference.layout().quant != Quant::kNone)
     throw InputError("quant", quant_name(inference.layout().quant),
                      "none: the caller's parameters are bf16 engine parameters (FP8 targets through the library come "
@@ -162,6 +166,75 @@ bool Engines::Impl::reads_directly(SourcePolicy policy, int trainer_rank, const 
   CopyDesc d = piece.copy;  // one run on both sides: a single get
   coalesce(d);
   return d.dims.size() == 1 && d.dims[0].src_stride == 1 && d.dims[0].dst_stride == 1;
+}
+
+std::vector<ChunkPiece> Engines::Impl::direct_pieces(EngineKind e, int local_rank, int trainer_rank) {
+  std::vector<ChunkPiece> out;
+  if (engine_spec(e).delivery != Delivery::kPull || one_pass == OnePass::kOff) return out;
+  const UnitSchedule us = unit_schedule(e);
+  const Routes& r = routes_for(source_policy(e));
+  const RankSchedule rs = make_rank_schedule(us.units, us.unit_of_hf, plans.at(size_t(local_rank)), r.pulls[size_t(local_rank)]);
+  for (const auto& per_trainer : rs.pulls)  // as consumer_schedule splits them
+    for (const auto& [t, pulls] : per_trainer)
+      if (t == trainer_rank)
+        for (const ChunkPiece& p : pulls)
+          if (reads_directly(source_policy(e), t, p)) out.push_back(p);
+  return out;
+}
+
+void Engines::Impl::compare_sums(const std::vector<ChunkPiece>& pieces, const std::vector<uint64_t>& landed,
+                                 const std::vector<uint8_t>& sent, int trainer_rank, RankStats& st) {
+  if (sent.size() != 8 * pieces.size())
+    throw Error("consumer rank " + std::to_string(world.rank) + ": trainer rank " + std::to_string(trainer_rank) + " sent " +
+                std::to_string(sent.size() / 8) + " checksums for " + std::to_string(pieces.size()) + " pieces");
+  st.checksum_pieces += int64_t(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (landed[i] == u64_at(sent, i)) continue;
+    if (st.checksum_bad++ > 0) continue;
+    const ChunkPiece& p = pieces[i];
+    st.bad_sum_hf = p.hf;
+    st.bad_sum_param = consumer_side.plan->entries[size_t(p.entry)].engine_param;
+    st.bad_sum_from = trainer_rank;
+    dst_extent(p.copy, &st.bad_sum_lo, &st.bad_sum_hi);
+  }
+}
+
+void Engines::Impl::check_direct_sums(const ConsumerSchedule& s, uint64_t version, RankStats& st) {
+  if (!opt.checksum || s.direct.empty()) return;
+  {
+    PhaseTimer t(st.hash_s);
+    device->synchronize();  // the mapped reads' copies
+  }
+  IdleBackoff backoff;
+  for (const auto& [t, pieces] : s.direct) {
+    int64_t bytes = 0;
+    for (const ChunkPiece& p : pieces) bytes += p.bytes;
+    if (bytes == 0) continue;  // as the trainer: no reads, no sums
+    // The trainer's sums come at the sync's start; wait for them while its heartbeats come.
+    for (;;) {
+      auto it = consumer_side.direct_hashes.find(t);
+      if (it != consumer_side.direct_hashes.end() && uint64_t(it->second.z) == version) break;
+      CtrlMsg m;
+      if (transport->poll(&m)) {
+        if (m.type != kMsgHashes) throw Error("consumer: unexpected message " + std::to_string(m.type) + " while waiting for checksums");
+        consumer_side.direct_hashes[m.from] = std::move(m);
+        beat();
+        continue;
+      }
+      waiting("waiting for a trainer's checksums of the one-pass pieces", t);
+      transport->progress();
+      check_broken();
+      backoff.pause();
+    }
+    PhaseTimer timer(st.hash_s);
+    std::vector<HashJob> jobs;
+    for (const ChunkPiece& p : pieces) {
+      const int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
+      jobs.push_back(piece_hash_at_receiver(p, consumer_side.live.data() + consumer_side.param_offset[size_t(ep)],
+                                            int32_t(dtype_bytes(model.param(p.hf).dtype))));
+    }
+    compare_sums(pieces, device->checksum(jobs), consumer_side.direct_hashes.at(t).payload, t, st);
+  }
 }
 
 const std::vector<Fp8Source>* Engines::Impl::fp8_sources(SourcePolicy policy, int trainer_rank) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/heartbeats.hpp"
+#include "engine/checksum.hpp"
 #include "engine/collectives.hpp"
 #include "device/delta.hpp"
 #include "device/device.hpp"
@@ -38,6 +39,7 @@ enum MsgType : uint32_t {
   kMsgReadDone = 10,  // a = local rank: every one-pass read of this sync from the trainer is done
   kMsgShareReady = 11,  // --dedupe-node, puller to its sharers: a = sync index; its live weights are complete
   kMsgShareDone = 12,   // --dedupe-node, sharer to its pullers: a = sync index; its copies from them are done
+  kMsgHashes = 13,      // --checksum, trainer to consumer: z = version; payload = the sums of its one-pass pieces
 };
 
 // How a consumer may read a trainer's weights itself (one pass: the trainer's bytes to the
@@ -173,6 +175,7 @@ struct ConsumerSide {
   std::deque<CtrlMsg> stashed_readies;
   // --dedupe-node: SHARE_READYs and SHARE_DONEs seen, as (sync index, world rank of the sender).
   std::set<std::pair<int, int>> share_ready, share_done;
+  std::map<int, CtrlMsg> direct_hashes;  // --checksum: HASHES by trainer (z: its version)
   bool stood_down = false, finish_seen = false, finish_degraded = false;
 };
 
@@ -265,6 +268,14 @@ struct Engines::Impl {
   int64_t live_base() const { return (opt.recv_buffer_bytes + 255) & ~int64_t(255); }
   // Whether the consumer reads `piece` (served by `trainer_rank` under `policy`) in one pass.
   bool reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const;
+  // The pieces local rank `local_rank` reads in one pass from `trainer_rank`, in its order
+  // (ConsumerSchedule::direct): what that trainer hashes for --checksum.
+  std::vector<ChunkPiece> direct_pieces(EngineKind e, int local_rank, int trainer_rank);
+  // --checksum, consumer: the landed pieces' sums against the trainer's; a difference is counted
+  // and the first named in st.
+  void compare_sums(const std::vector<ChunkPiece>& pieces, const std::vector<uint64_t>& landed,
+                    const std::vector<uint8_t>& sent, int trainer_rank, RankStats& st);
+  void check_direct_sums(const ConsumerSchedule& s, uint64_t version, RankStats& st);
   // FP8 on the wire: per HF tensor, the source trainer_rank quantizes under `policy`
   // (make_chunks' `fp8`); null when the wire carries bf16.
   const std::vector<Fp8Source>* fp8_sources(SourcePolicy policy, int trainer_rank);

@@ -24,6 +24,7 @@ struct PackedChunk {
   Fence packed = 0;       // the pack kernel's fence; READY goes out once it has passed
   bool ready = false;
   bool released = false;
+  std::vector<uint8_t> hashes;  // --checksum: its pieces' sums where they lie (READY's payload)
 };
 
 struct LocalRankWork {
@@ -78,6 +79,7 @@ class Producer {
           direct_waiting_[c] = sched_.direct_bytes[size_t(l)];
           ++owed_[c];
         }
+    if (m.opt.checksum) send_direct_sums(e);
   }
 
   RankStats run() {
@@ -112,6 +114,35 @@ class Producer {
 
  private:
   // ---- messages --------------------------------------------------------------------------
+
+  // --checksum: the sums of the pieces each local rank reads in one pass from this trainer's
+  // weights, hashed where they lie, to every consumer of that local rank.
+  void send_direct_sums(EngineKind e) {
+    PhaseTimer t(st_.hash_s);
+    const auto& own = m_.weights_of(m_.world.rank);
+    const uint8_t* weights = m_.trainer_side.registered.data() + m_.weights_base();
+    for (int l = 0; l < num_locals_; ++l) {
+      if (sched_.direct_bytes[size_t(l)] == 0) continue;
+      std::vector<HashJob> jobs;
+      for (const ChunkPiece& p : m_.direct_pieces(e, l, m_.world.rank))
+        jobs.push_back(piece_hash_at_trainer(p, weights + own.offset.at(size_t(p.hf)), p.slab_lo,
+                                             int32_t(dtype_bytes(m_.model.param(p.hf).dtype))));
+      CtrlMsg h;
+      h.type = kMsgHashes;
+      h.z = int64_t(version_);
+      for (uint64_t v : m_.device->checksum(jobs)) append_u64(h.payload, v);
+      st_.checksum_pieces += int64_t(jobs.size());
+      for (int c : m_.consumers_of_local(l)) {
+        if (m_.liveness.dead[size_t(c)] || m_.liveness.down[size_t(c)]) continue;
+        try {
+          m_.transport->send(c, h);
+        } catch (const PeerFailure&) {
+          // detected on the next poll or by its heartbeats
+        }
+        ++st_.messages;
+      }
+    }
+  }
 
   bool receive() {
     bool any = false;
@@ -325,7 +356,8 @@ class Producer {
 
   void send_ready(const UnitWork& w, int l, size_t j, int consumer) {
     const LocalRankWork& lw = w.locals[size_t(l)];
-    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.packed[j].bytes, int64_t(version_), {}};
+    CtrlMsg r{kMsgReady, -1, w.unit, int32_t(j), l, lw.packed[j].offset, lw.packed[j].bytes, int64_t(version_),
+              lw.packed[j].hashes};
     try {
       m_.transport->send(consumer, r);
     } catch (const PeerFailure&) {
@@ -417,6 +449,23 @@ class Producer {
       PhaseTimer t(st_.quantize_s);  // the launch (the work itself on a CPU)
       m_.device->quantize_fp8(quantized, Lane::kMain);
     }
+    std::vector<std::vector<uint8_t>> hashes(round.size());
+    if (m_.opt.checksum) {  // each piece hashed where it lies (the shard, or the gathered slab)
+      PhaseTimer t(st_.hash_s);
+      std::vector<HashJob> hj;
+      std::vector<size_t> of_round;
+      for (size_t i = 0; i < round.size(); ++i) {
+        const LocalRankWork& lw = w.locals[size_t(round[i])];
+        for (const ChunkPiece& p : lw.chunks[lw.next].pieces) {
+          const SlabRef* sl = w.gather->slab(p.hf);
+          hj.push_back(piece_hash_at_trainer(p, sl->data, sl->lo, int32_t(dtype_bytes(m_.model.param(p.hf).dtype))));
+          of_round.push_back(i);
+        }
+      }
+      const std::vector<uint64_t> sums = m_.device->checksum(hj);
+      for (size_t k = 0; k < sums.size(); ++k) append_u64(hashes[of_round[k]], sums[k]);
+      st_.checksum_pieces += int64_t(sums.size());
+    }
     ++st_.pack_launches;
     st_.pack_copies += int64_t(jobs.size());
     st_.chunks_packed += int64_t(round.size());
@@ -429,7 +478,8 @@ class Producer {
       std::vector<int> consumers = m_.consumers_of_local(l);
       PackedChunk& pc = lw.packed[lw.next];
       const int64_t bytes = m_.opt.delta ? records[i].bytes : ch.bytes;
-      pc = PackedChunk{pc.offset, bytes, pc.held, std::set<int>(consumers.begin(), consumers.end()), packed, false, false};
+      pc = PackedChunk{pc.offset, bytes, pc.held, std::set<int>(consumers.begin(), consumers.end()), packed, false, false,
+                       std::move(hashes[i])};
       for (int c : consumers) ++owed_[c];
       w.outstanding += int64_t(consumers.size());
       st_.bytes_out += bytes * int64_t(consumers.size());

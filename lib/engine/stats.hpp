@@ -58,6 +58,15 @@ struct RankStats {
   // The caller's weights (WeightsFrom::kCaller): bytes copied into the registered region
   // (trainer) or out of it (consumer) because the caller's tensor lies outside its slot.
   int64_t staged_bytes = 0;
+  // --checksum (engine/checksum.hpp). Trainer: pieces it hashed where they lie, and the time
+  // (apart from the sync's phases); consumer: pieces it hashed where they landed and compared,
+  // the time, the pieces whose sums differed, and the first of them: its HF tensor, its engine
+  // parameter and the parameter's elements [lo, hi] it covers, and the trainer that sent it.
+  double hash_s = 0;
+  int64_t checksum_pieces = 0;
+  int64_t checksum_bad = 0;
+  int32_t bad_sum_hf = -1, bad_sum_param = -1, bad_sum_from = -1;
+  int64_t bad_sum_lo = -1, bad_sum_hi = -1;
 };
 
 // A replacement process took a dead rank's place (rank 0's record).

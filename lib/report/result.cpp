@@ -45,10 +45,14 @@ EngineSummary summarize(const EngineRun& run) {
   int64_t full = 0, index = 0, whole = 0, chunks = 0;
   int64_t network = 0, node = 0, lost = 0;
   std::map<int, int64_t> host_network;  // --dedupe-node: node -> network bytes, all timed syncs
-  std::vector<double> detect;
+  std::vector<double> detect, hash_tr, hash_in;
   for (size_t k = 0; k < run.syncs.size(); ++k) {
     const auto& ranks = run.syncs[k];
-    for (const RankStats& r : ranks) s.wrong += r.mismatches;
+    for (const RankStats& r : ranks) {
+      s.wrong += r.mismatches;
+      if (!r.trainer) s.checksum_pieces += r.checksum_pieces;
+      s.checksum_bad += r.checksum_bad;
+    }
     if (int(k) < run.warmup) continue;
     ++s.timed_syncs;
     double t = 0;
@@ -63,9 +67,11 @@ EngineSummary summarize(const EngineRun& run) {
         if (r.quantize_s > 0) quantize_tr.push_back(r.quantize_s);  // FP8 on the wire: trainers quantize
         tpeak.push_back(double(r.peak_staging_bytes));
         detect.push_back(r.delta_detect_s);
+        hash_tr.push_back(r.hash_s);
         s.trainer_kept_bytes = std::max(s.trainer_kept_bytes, r.delta_kept_bytes);
       } else {
         transfer.push_back(r.transfer_s);
+        hash_in.push_back(r.hash_s);
         process.push_back(r.process_s);
         quantize.push_back(r.quantize_s);
         wait.push_back(r.wait_s);
@@ -109,6 +115,8 @@ EngineSummary summarize(const EngineRun& run) {
   s.delta_whole_chunks = whole / n;
   s.delta_chunks = chunks / n;
   s.delta_detect_s = mean(detect);
+  s.trainer_hash_s = mean(hash_tr);
+  s.inference_hash_s = mean(hash_in);
   s.network_bytes = network / n;
   s.node_bytes = node / n;
   s.node_lost_bytes = lost / n;
@@ -200,6 +208,10 @@ nlohmann::json summary_json(const EngineSummary& s) {
           {"messages_per_sync", s.messages},
           {"gets_per_sync", s.gets},
           {"wrong", s.wrong},
+          {"checksum", {{"pieces", s.checksum_pieces},
+                        {"differ", s.checksum_bad},
+                        {"trainer_hash_s", s.trainer_hash_s},
+                        {"inference_hash_s", s.inference_hash_s}}},
           {"delta", {{"full_bytes", s.delta_full_bytes},
                      {"index_bytes", s.delta_index_bytes},
                      {"whole_chunks", s.delta_whole_chunks},
@@ -256,7 +268,10 @@ nlohmann::json run_json(const EngineRun& run) {
                        {"node_bytes", r.node_bytes},
                        {"node_lost_bytes", r.node_lost_bytes},
                        {"host", r.host},
-                       {"mismatches", r.mismatches}});
+                       {"mismatches", r.mismatches},
+                       {"hash_s", r.hash_s},
+                       {"checksum_pieces", r.checksum_pieces},
+                       {"checksum_bad", r.checksum_bad}});
     }
     syncs.push_back({{"index", k}, {"warmup", int(k) < run.warmup}, {"time_s", t}, {"ranks", ranks}});
   }

@@ -39,6 +39,10 @@ struct EngineSummary {
   MinAvgMax trainer_peak_bytes, consumer_peak_bytes;
   int64_t messages = 0, gets = 0;    // per sync, all ranks
   int64_t wrong = 0;                 // mismatched elements over all syncs (warm-up included)
+  // --checksum over all syncs (warm-up included): pieces the inference ranks compared, those whose
+  // sums differed; per timed sync, the trainers' and the inference ranks' hashing time (mean).
+  int64_t checksum_pieces = 0, checksum_bad = 0;
+  double trainer_hash_s = 0, inference_hash_s = 0;
   // --delta, per timed sync over all inference ranks: the chunk bytes the records stood for
   // (what moves without --delta), of bytes_moved the records' index (headers, bitmaps), chunks
   // that went whole of all chunks; trainers' change detection (mean over trainers); the most

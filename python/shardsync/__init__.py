@@ -70,6 +70,8 @@ def _library():
             "shardsync_pull": ([c.c_void_p, c.c_uint64], c.c_int),
             "shardsync_held_version": ([c.c_void_p, c.POINTER(c.c_uint64), c.POINTER(c.c_int)], c.c_int),
             "shardsync_last_sync": ([c.c_void_p, c.POINTER(c.c_double), c.POINTER(c.c_int64), c.POINTER(c.c_int64)], c.c_int),
+            "shardsync_last_checksum": ([c.c_void_p, c.POINTER(c.c_int64), c.POINTER(c.c_int64), c.POINTER(c.c_double)],
+                                        c.c_int),
             "shardsync_close": ([c.c_void_p], c.c_int),
             "shardsync_free": ([c.c_void_p], c.c_int),
         }
@@ -130,11 +132,11 @@ class Session:
     """One process's part in a weight-sync job (collective over `comm`, an mpi4py communicator)."""
 
     def __init__(self, comm, model, trainer, inference, replicas=1, engine="v3", transport="auto", memory="host",
-                 gpu=None, failure_timeout_s=10.0, stall_timeout_s=120.0, **buffers):
+                 gpu=None, failure_timeout_s=10.0, stall_timeout_s=120.0, checksum=False, **buffers):
         lib = _library()
         opts = {"model": model, "trainer": trainer, "inference": inference, "replicas": replicas, "engine": engine,
                 "transport": transport, "memory": memory, "failure_timeout_s": failure_timeout_s,
-                "stall_timeout_s": stall_timeout_s}
+                "stall_timeout_s": stall_timeout_s, "checksum": bool(checksum)}
         if gpu is not None:
             opts["gpu"] = gpu
         opts.update(buffers)
@@ -224,10 +226,15 @@ class Session:
         return v.value, bool(p.value)
 
     def last_sync(self):
-        """This rank's last sync: seconds, bytes (received or served), bytes staged."""
+        """This rank's last sync: seconds, bytes (received or served), bytes staged; with checksum=True the pieces
+        hashed, those whose sums differed (a pull with any raises) and the seconds spent hashing."""
         s, b, st = ctypes.c_double(), ctypes.c_int64(), ctypes.c_int64()
         _check(_library().shardsync_last_sync(self._h, ctypes.byref(s), ctypes.byref(b), ctypes.byref(st)))
-        return {"seconds": s.value, "bytes": b.value, "staged_bytes": st.value}
+        out = {"seconds": s.value, "bytes": b.value, "staged_bytes": st.value}
+        pieces, differ, hs = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_double()
+        _check(_library().shardsync_last_checksum(self._h, ctypes.byref(pieces), ctypes.byref(differ), ctypes.byref(hs)))
+        out.update({"checksum_pieces": pieces.value, "checksum_differ": differ.value, "hash_seconds": hs.value})
+        return out
 
     def close(self):
         """Collective end of the run (every rank)."""

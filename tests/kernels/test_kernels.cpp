@@ -288,6 +288,65 @@ TEST(Kernels, CpuTwinSynthMatchesFillOnEveryElement) {
   }
 }
 
+// --checksum's twin: a piece's sum is that of its elements' terms however the piece is cut,
+// the same read at the source (a trainer's slab) or at the destination (the receiver's copy),
+// and one flipped bit changes it.
+TEST(Kernels, CpuTwinChecksumIsTheSumOfItsElements) {
+  std::mt19937_64 rng(5);
+  for (int t = 0; t < 40; ++t) {
+    std::vector<int64_t> shape;
+    CopyDesc d = random_desc(rng, &shape);
+    int64_t numel = 1;
+    for (int64_t n : shape) numel *= n;
+    std::vector<uint8_t> src(size_t(numel * 2));
+    for (auto& b : src) b = uint8_t(rng());
+    int64_t lo = 0, hi = 0;
+    dest_range(d, &lo, &hi);
+    std::vector<uint8_t> dst(size_t(hi * 2), 0);
+    execute_copy(d, src.data(), dst.data(), 2);
+    uint64_t want = 0;
+    for_each_index(d, [&](int64_t s, int64_t) {
+      uint16_t v;
+      std::memcpy(&v, src.data() + s * 2, 2);
+      want += checksum_term(7, s + 1000, v);
+    });
+    const uint64_t at_src = cpu_checksum({HashJob{src.data(), d, 2, 7, 1000, true}})[0];
+    const uint64_t at_dst = cpu_checksum({HashJob{dst.data(), d, 2, 7, 1000, false}})[0];
+    EXPECT_EQ(at_src, want);
+    EXPECT_EQ(at_dst, want);
+    int64_t victim = -1;
+    for_each_index(d, [&](int64_t, int64_t t2) { if (victim < 0) victim = t2; });
+    dst[size_t(victim * 2)] ^= 0x01;
+    EXPECT_NE(cpu_checksum({HashJob{dst.data(), d, 2, 7, 1000, false}})[0], want);
+    EXPECT_NE(cpu_checksum({HashJob{src.data(), d, 2, 8, 1000, true}})[0], want) << "another tensor, another sum";
+  }
+}
+
+// The GPU's checksum against its twin, on random pieces of every element size in one batch.
+TEST(Kernels, ChecksumMatchesCpuTwin) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  std::mt19937_64 rng(17);
+  for (int t = 0; t < 20; ++t) {
+    std::vector<HashJob> cj, gj;
+    std::vector<std::vector<uint8_t>> host;
+    std::vector<DeviceBuffer> dev;
+    for (int32_t eb : {1, 2, 4, 8}) {
+      std::vector<int64_t> shape;
+      CopyDesc d = random_desc(rng, &shape);
+      int64_t lo = 0, hi = 0;
+      dest_range(d, &lo, &hi);
+      host.emplace_back(size_t(hi * eb));
+      for (auto& b : host.back()) b = uint8_t(rng());
+      dev.emplace_back(gpu.get(), hi * eb);
+      gpu->from_host(dev.back().data(), host.back().data(), hi * eb);
+      cj.push_back(HashJob{host.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, false});
+      gj.push_back(HashJob{dev.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, false});
+    }
+    EXPECT_EQ(gpu->checksum(gj), cpu_checksum(cj)) << "round " << t;
+  }
+}
+
 // Block FP8 on the GPU against its CPU twin, bit for bit (codes and scales): full blocks
 // (the register path), partial edge blocks and an odd row stride (the element path), over
 // random bf16 bit patterns of every exponent and a matrix of edge cases (a zero block, Inf,
