@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--syncs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--in-slots", action="store_true")
+    ap.add_argument("--checksum", action="store_true", help="the library checksums every piece (receivers' hashing time reported)")
     ap.add_argument("--json")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -105,7 +106,7 @@ def main():
     order = {n: i for i, n in enumerate(hf)}
     torch.cuda.set_device(0)
     s = shardsync.Session(comm, model=a.model or a.config, trainer="tp1", inference=f"tp{a.inference_tp}", engine=a.engine,
-                          memory="cuda", gpu=0)
+                          memory="cuda", gpu=0, checksum=a.checksum)
     mine = {}
     for name, info in s.tensors().items():
         mine[name] = s.slot(name) if a.in_slots else torch.empty(info.shape, dtype=torch.bfloat16, device="cuda")
@@ -132,20 +133,34 @@ def main():
                 want = expected(cfg, hf, order, name, version, a.inference_tp, s.local_rank)
                 bad += int((t.view(torch.int16) != want.view(t.shape)).sum().item())
         bad = comm.allreduce(bad, op=MPI.SUM)
-        staged = comm.allreduce(s.last_sync()["staged_bytes"], op=MPI.SUM)
+        last = s.last_sync()
+        staged = comm.allreduce(last["staged_bytes"], op=MPI.SUM)
+        # --checksum: the slowest receiver's hashing, and every piece compared equal
+        hashing = comm.allreduce(0.0 if s.is_trainer else last["hash_seconds"], op=MPI.MAX)
+        trainer_hashing = comm.allreduce(last["hash_seconds"] if s.is_trainer else 0.0, op=MPI.MAX)
+        differ = comm.allreduce(0 if s.is_trainer else last["checksum_differ"], op=MPI.SUM)
+        pieces = comm.allreduce(0 if s.is_trainer else last["checksum_pieces"], op=MPI.SUM)
+        if a.checksum and (differ or not pieces):
+            bad += 1
         wrong += bad
         if k >= a.warmup:
             times.append(took)
-        rows.append({"version": version, "time_s": took, "wrong": bad, "staged_bytes": staged, "warmup": k < a.warmup})
+        rows.append({"version": version, "time_s": took, "wrong": bad, "staged_bytes": staged, "warmup": k < a.warmup,
+                     "receiver_hash_s": hashing, "trainer_hash_s": trainer_hashing, "checksum_pieces": pieces,
+                     "checksum_differ": differ})
         if comm.rank == 0:
-            print(f"# sync {k + 1}/{a.warmup + a.syncs}{' (warm-up)' if k < a.warmup else ''}: {took:.6f} s, staged {staged} B, {bad} wrong",
-                  flush=True)
+            sums = f", receivers hashed {hashing:.6f} s, {pieces} pieces, {differ} differ" if a.checksum else ""
+            print(f"# sync {k + 1}/{a.warmup + a.syncs}{' (warm-up)' if k < a.warmup else ''}: {took:.6f} s, staged {staged} B{sums}, "
+                  f"{bad} wrong", flush=True)
     s.close()
     if comm.rank == 0:
         med = statistics.median(times)
-        mode = "in-slots" if a.in_slots else "staged"
+        mode = ("in-slots" if a.in_slots else "staged") + ("+checksum" if a.checksum else "")
+        timed = [r for r in rows if not r["warmup"]]
+        share = statistics.median(r["receiver_hash_s"] / r["time_s"] for r in timed)
+        sums = f", receivers' hashing median {100 * share:.1f}% of the sync" if a.checksum else ""
         print(f"library {mode} {a.engine} tp1 -> tp{a.inference_tp}: median {med:.6f} s, min {min(times):.6f}, max {max(times):.6f} "
-              f"over {len(times)} syncs, {wrong} wrong", flush=True)
+              f"over {len(times)} syncs{sums}, {wrong} wrong", flush=True)
         if a.json:
             sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
             if not sha:  # a copy without .git (the GPU host): the stamp make stamp wrote
@@ -154,7 +169,7 @@ def main():
                 except OSError:
                     sha = ""
             json.dump({"tool": "library_bench.py", "git_sha": sha or "unknown", "argv": sys.argv, "config": vars(a),
-                       "device": torch.cuda.get_device_name(0), "median_s": med, "min_s": min(times), "max_s": max(times),
+                       "device": torch.cuda.get_device_name(0), "median_s": med, "receiver_hash_share_median": share, "min_s": min(times), "max_s": max(times),
                        "wrong": wrong, "syncs": rows}, open(a.json, "w"), indent=1)
     return 0 if wrong == 0 else 1
 

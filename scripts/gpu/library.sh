@@ -4,15 +4,19 @@
 #   scripts/gpu/library.sh check   build (CUDA, no UCX), the GPU, failure and api tests, and
 #                                  examples/rl_step.py on torch CUDA tensors (numpy steps, real
 #                                  AdamW, in the library's CUDA slots), every parameter checked
-#   scripts/gpu/library.sh time    colocated Qwen3-8B tp1 -> tp1 and tp1 -> tp2 on one GPU: the
-#                                  CLI's v3 and v4, the Python API on torch.empty tensors (staged)
-#                                  and in the library's slots (zero copy), interleaved twice, and
-#                                  the PyTorch peers; every sync verified
+#   scripts/gpu/library.sh time [TP]
+#                                  colocated Qwen3-8B tp1 -> tpTP (default 1; one call per TP) on
+#                                  one GPU: the CLI's v3 and v4, the Python API on torch.empty
+#                                  tensors (staged), in the library's slots (zero copy) and in the
+#                                  slots with checksums, interleaved twice, and (TP 1) the PyTorch
+#                                  peers; every sync verified
 # Results and logs under $OUT (default $OUT_DIR or results/gpu/library). Run `make stamp` here
 # first so that the copy's build records the commit.
 set -u
 what="${1:-check}"
+tp_only="${2:-1}"
 OUT="${OUT:-results/gpu/library}/$what"
+[[ $what == time ]] && OUT="$OUT-tp$tp_only"
 LOGS="$OUT/logs"
 SUM_MODE=
 source scripts/gpu/common.sh
@@ -28,7 +32,7 @@ if [[ ! -x $SS || ! -f $BUILD/python/shardsync/libshardsync.so ]]; then
 fi
 case "$what" in
   check)
-    step tests 420 ctest --test-dir $BUILD -R 'gpu\.|api\.|mpi\.failure' --output-on-failure --timeout 300
+    step tests 420 ctest --test-dir $BUILD -R 'Kernels\.|gpu\.|api\.|mpi\.failure|checksum' --output-on-failure --timeout 300
     for spec in "3|--model tiny-qwen3 --trainer tp1 --inference tp2 --torch cuda" \
                 "6|--model tiny-qwen3-moe --trainer tp2,ep2 --inference tp2 --torch cuda --engine v2" \
                 "4|--model tiny-qwen3-moe --trainer tp1,ep2 --inference dp2,ep2 --torch cuda --adamw" \
@@ -41,22 +45,25 @@ case "$what" in
     ;;
   time)
     for round in 1 2; do
-      for tp in 1 2; do
+      for tp in $tp_only; do
         np=$((1 + tp))
         step "cli_tp$tp.r$round" 240 mpirun --oversubscribe -np $np $SS bench -m qwen3-8b -t tp1 -i tp$tp --memory cuda \
           -e v3,v4 --syncs 20 --warmup 2 -q --json "$OUT/cli-tp$tp-r$round.json"
         grep -E "^  v[34] " "$LOGS/cli_tp$tp.r$round.log" | tee -a "$SUM"
-        for mode in staged in-slots; do
+        for mode in staged in-slots in-slots-checksum; do
           flag=""; [[ $mode == in-slots ]] && flag=--in-slots
+          [[ $mode == in-slots-checksum ]] && flag="--in-slots --checksum"
           step "api_${mode}_tp$tp.r$round" 240 mpirun --oversubscribe -np $np "$PY" bench/library_bench.py --model qwen3-8b \
             --config configs/models/qwen3-8b.json --inference-tp $tp --engine v4 --syncs 20 $flag --json "$OUT/api-$mode-tp$tp-r$round.json"
           grep -h "^library" "$LOGS/api_${mode}_tp$tp.r$round.log" | tee -a "$SUM"
         done
       done
     done
-    step peers 300 "$PY" bench/peers/torch_peers.py --config configs/models/qwen3-8b.json --inference-tp 1 \
-      --peer bucketed-ipc,ipc-per-tensor,ipc-kept,ipc-kept-foreach --syncs 20 --json "$OUT/peers-tp1.json"
-    tail -5 "$LOGS/peers.log" | tee -a "$SUM"
+    if [[ $tp_only == 1 ]]; then
+      step peers 300 "$PY" bench/peers/torch_peers.py --config configs/models/qwen3-8b.json --inference-tp 1 \
+        --peer bucketed-ipc,ipc-per-tensor,ipc-kept,ipc-kept-foreach --syncs 20 --json "$OUT/peers-tp1.json"
+      tail -5 "$LOGS/peers.log" | tee -a "$SUM"
+    fi
     ;;
-  *) echo "usage: $0 check|time"; exit 2 ;;
+  *) echo "usage: $0 check | time [TP]"; exit 2 ;;
 esac
