@@ -62,48 +62,62 @@ bool Engines::Impl::take_start(EngineKind e, int sync_index, uint64_t version, s
   }
 }
 
-RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t version) {
-  RankStats st;
-  st.rank = world.rank;
-  const ConsumerSchedule& sched = consumer_schedule(e);
-  consumer_side.fp8_arrived = opt.wire_fp8 && !consumer_side.quant.empty();
-  const int L = world.local_rank;
-  std::deque<CtrlMsg> readies;
-
-  // Wait for the trainer's START; READYs of this sync may overtake it.
-  CtrlMsg start;
-  waiting("waiting for a sync's START", 0);
-  if (!take_start(e, sync_index, version, &readies, &start)) {  // this replica was taken down
-    st.reported = 0;
-    st.stood_down = 1;
-    return st;
+// One sync of a sharded engine on an inference rank, in named steps: start() waits for START and
+// sends the requests, fill_padding() writes the loaders' zero rows, then each turn of run()'s
+// loop reclaims finished device work, steps the one-pass reads, receive()s READYs, post()s gets
+// for them, and land()s each completed get (its pieces copied into place, hashed, DONE sent);
+// finish() checks the bytes, runs the process step, copies in the node and checks one-pass
+// checksums; verify last. The rank's lasting state is Impl::consumer_side; this object holds one
+// sync's.
+class Consumer {
+ public:
+  Consumer(Engines::Impl& m, EngineKind e, int sync_index, uint64_t version)
+      : m_(m), cs_(m.consumer_side), e_(e), sync_index_(sync_index), version_(version), sched_(m.consumer_schedule(e)),
+        spec_(engine_spec(e)), in_place_(!m.opt.layerwise), arena_(cs_.landing.size()), chunks_left_(sched_.num_chunks) {
+    st_.rank = m.world.rank;
+    cs_.fp8_arrived = m.opt.wire_fp8 && !cs_.quant.empty();
+    group_left_ = cs_.group_copy_bytes;
+    for (const auto& [g, bytes] : sched_.shared_group_bytes) group_left_[g] -= bytes;  // copied in the node after
+    meter_.add(cs_.landing.size());
   }
-  const double t0 = now_s();
-  if (opt.delta) consumer_side.kept.keep_only(int32_t(e));
 
-  // Metadata: sent every sync, or once where the row caches requests on the trainer.
-  const EngineSpec& spec = engine_spec(e);
-  if (!spec.cache_requests || !consumer_side.requests_sent[int(e)]) {
-    for (size_t u = 0; u < sched.units.size(); ++u)
-      for (const auto& [t, pulls] : sched.pulls.pulls[u]) {
-        CtrlMsg r;
-        r.type = kMsgRequest;
-        r.a = int32_t(u);
-        r.b = L;
-        r.payload = encode_pulls(pulls);
-        transport->send(t, r);
-        ++st.messages;
+  RankStats run() {
+    if (!start()) {  // this replica was taken down
+      st_.reported = 0;
+      st_.stood_down = 1;
+      return st_;
+    }
+    fill_padding();
+    OnePassReads direct(m_, sched_, transfer_);
+    double idle_since = -1;
+    IdleBackoff backoff;
+    while (chunks_left_ > 0 || !direct.done()) {
+      bool progressed = reclaim();
+      progressed |= direct.step(st_, [&] { after_landing(); });
+      progressed |= receive();
+      m_.transport->progress();
+      progressed |= post();
+      progressed |= complete();
+      if (!progressed && gets_.empty()) {
+        if (idle_since < 0) idle_since = now_s();
+      } else if (idle_since >= 0) {
+        st_.wait_s += now_s() - idle_since;
+        idle_since = -1;
       }
-    consumer_side.requests_sent[int(e)] = true;
+      if (progressed) {
+        m_.beat();
+        backoff.progress();
+      } else {
+        m_.waiting("pulling a sync's chunks", gets_.empty() ? -1 : gets_.begin()->second.trainer);
+        m_.check_broken();
+        backoff.pause();
+      }
+    }
+    finish(direct);
+    return st_;
   }
 
-  const bool background = spec.background_process;
-  StagingMeter meter;
-  meter.add(consumer_side.landing.size());
-  RangeAllocator arena(consumer_side.landing.size());
-  std::map<int32_t, DeviceBuffer> buffers;
-  std::map<int32_t, int64_t> group_left = consumer_side.group_copy_bytes;
-  for (const auto& [g, bytes] : sched.shared_group_bytes) group_left[g] -= bytes;  // copied in the node after
+ private:
   struct InFlight {
     int32_t unit, chunk;
     int trainer;
@@ -115,246 +129,306 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
     int64_t offset = 0, bytes = 0;  // a landing region, or
     DeviceBuffer buffer;            // a layerwise buffer back to the pool
   };
-  std::map<Transport::GetId, InFlight> gets;
-  std::deque<Pending> landing_free, buffer_free;
-  int64_t chunks_left = sched.num_chunks;
-  bool corrupted = false;
-  const bool in_place = !opt.layerwise;
-  if (in_place) {  // padding rows (the loaders' zero_() entries) are written in place too
-    std::vector<SynthJob> fills;
-    for (const PlanEntry& en : consumer_side.plan->entries)
-      if (en.is_fill())
-        fills.push_back(SynthJob{consumer_side.live.data() + consumer_side.param_offset[size_t(en.engine_param)], 0, en.copy,
-                                 int32_t(dtype_bytes(consumer_side.plan->params[size_t(en.engine_param)].dtype)), true});
-    device->synth(fills);
+
+  // Waits for the trainer's START (READYs of this sync may overtake it), then sends the metadata:
+  // every sync, or once where the row caches requests on the trainer. False: stood down.
+  bool start() {
+    CtrlMsg start;
+    m_.waiting("waiting for a sync's START", 0);
+    if (!m_.take_start(e_, sync_index_, version_, &readies_, &start)) return false;
+    t0_ = now_s();
+    if (m_.opt.delta) cs_.kept.keep_only(int32_t(e_));
+    if (!spec_.cache_requests || !cs_.requests_sent[int(e_)]) {
+      for (size_t u = 0; u < sched_.units.size(); ++u)
+        for (const auto& [t, pulls] : sched_.pulls.pulls[u]) {
+          CtrlMsg r;
+          r.type = kMsgRequest;
+          r.a = int32_t(u);
+          r.b = m_.world.local_rank;
+          r.payload = encode_pulls(pulls);
+          m_.transport->send(t, r);
+          ++st_.messages;
+        }
+      cs_.requests_sent[int(e_)] = true;
+    }
+    return true;
   }
-  int64_t packed_landed = 0;
 
-  auto complete_group = [&](int32_t g) {
-    if (!buffers.count(g)) return;  // every piece of the group was FP8, placed as it landed
-    DeviceBuffer buf = std::move(buffers.at(g));
-    buffers.erase(g);
-    const auto& span = consumer_side.group_span.at(g);
-    // process: identity for bf16 weights; then copy into the live weights' fixed storage.
-    Lane lane = background ? Lane::kBackground : Lane::kMain;
-    if (background) device->after(Lane::kBackground, device->fence(Lane::kMain));
-    device->memcpy(consumer_side.live.data() + span.first, buf.data(), buf.size(), lane);
-    quantize_group(g, buf.data(), span.first, lane, st);  // an FP8 target's process step
-    // The buffer stays staged until that copy completed (reclaim), not merely queued.
-    buffer_free.push_back(Pending{device->fence(lane), 0, 0, std::move(buf)});
-  };
+  // Padding rows (the loaders' zero_() entries), in place; layerwise buffers get theirs when made.
+  void fill_padding() {
+    if (!in_place_) return;
+    std::vector<SynthJob> fills;
+    for (const PlanEntry& en : cs_.plan->entries)
+      if (en.is_fill())
+        fills.push_back(SynthJob{cs_.live.data() + cs_.param_offset[size_t(en.engine_param)], 0, en.copy,
+                                 int32_t(dtype_bytes(cs_.plan->params[size_t(en.engine_param)].dtype)), true});
+    m_.device->synth(fills);
+  }
 
-  auto after_landing = [&] {
-    if (sync_index == opt.fail_at_sync && world.rank == opt.fail_rank) {
-      transport->flush_sends();
-      std::raise(SIGKILL);  // test hook: this rank dies mid-sync
-    }
-    if (world.rank == opt.slow_rank && opt.slow_ms > 0)  // test hook: a straggler
-      std::this_thread::sleep_for(std::chrono::milliseconds(opt.slow_ms));
-  };
-
-  auto land = [&](const InFlight& f) {
-    const auto& per_trainer = sched.chunks[size_t(f.unit)];
-    auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == f.trainer; });
-    const Chunk& ch = it->second[size_t(f.chunk)];
-    uint8_t* base = consumer_side.landing.data() + f.offset;
-    if (opt.delta) {  // the record brings the kept chunk to this version; its pieces are placed from there
-      PhaseTimer t(st.process_s);
-      bool fresh = false;
-      KeptChunk& kept = consumer_side.kept.at({int32_t(e), f.unit, int32_t(f.trainer), f.chunk}, ch.bytes, device.get(), &fresh);
-      DeltaRecord r;
-      try {
-        r = device->delta_apply(DeltaApplyJob{base, f.bytes, kept.bytes.data(), ch.bytes, !fresh, kept.version});
-      } catch (const Error& x) {
-        throw Error("consumer rank " + std::to_string(world.rank) + ", unit " + std::to_string(f.unit) + " chunk " +
-                    std::to_string(f.chunk) + " from trainer rank " + std::to_string(f.trainer) + ": " + x.what());
-      }
-      kept.version = version;
-      st.delta_full_bytes += ch.bytes;
-      st.delta_index_bytes += r.index_bytes;
-      st.delta_whole_chunks += r.whole;
-      ++st.delta_chunks;
-      base = kept.bytes.data();
-    }
-    if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted) {
-      // Test hook: one flipped bit must fail verification (the chunk's first byte, or the
-      // first FP8 piece's first code or scale).
-      uint8_t* at = opt.corrupt_in == SyncOptions::CorruptIn::kAny ? base : nullptr;
-      for (const ChunkPiece& p : ch.pieces)
-        if (!at && p.fp8)
-          at = base + p.buf_offset + (opt.corrupt_in == SyncOptions::CorruptIn::kFp8Scale ? fp8_scales_at(p) : 0);
-      if (at) {
-        uint8_t b = 0;
-        device->to_host(&b, at, 1);
-        b ^= 0x01;
-        device->from_host(at, &b, 1);
-        corrupted = true;
-      }
-    }
-    PhaseTimer t(st.process_s);
-    std::vector<CopyJob> jobs;
-    std::vector<HashJob> hashes;  // --checksum: each piece where its copy put it
-    std::vector<int32_t> completed;
-    for (const ChunkPiece& p : ch.pieces) {
-      int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
-      int32_t g = consumer_side.group_of_param[size_t(ep)];
-      const int32_t eb = int32_t(dtype_bytes(consumer_side.plan->params[size_t(ep)].dtype));
-      const int64_t plan_bytes = p.copy.numel * eb;  // what the piece places, in the plan's dtype
-      if (p.fp8) {  // codes and scales straight into the live FP8 weights, in place or layerwise
-        const int32_t qi = consumer_side.quant_of_param[size_t(ep)];
-        uint8_t* fp8 = consumer_side.fp8.data();
-        jobs.push_back(CopyJob{base + p.buf_offset, fp8 + consumer_side.codes_offset[size_t(qi)], unpack_copy(p.copy), 1});
-        jobs.push_back(CopyJob{base + p.buf_offset + fp8_scales_at(p), fp8 + consumer_side.scale_offset[size_t(qi)],
-                               p.scales, 4});
-      } else {
-        uint8_t* dst = consumer_side.live.data() + consumer_side.param_offset[size_t(ep)];
-        if (!in_place)
-          dst = layerwise(g, buffers, meter).data() + (consumer_side.param_offset[size_t(ep)] - consumer_side.group_span.at(g).first);
-        jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb});
-        if (opt.checksum) hashes.push_back(piece_hash_at_receiver(p, dst, eb));
-      }
-      packed_landed += plan_bytes;
-      if ((group_left[g] -= plan_bytes) == 0 && !in_place) completed.push_back(g);
-    }
-    device->copy(jobs);
-    if (opt.checksum) {  // right after the copy, while the chunk's pieces are fresh (FP8 on the wire is refused)
-      PhaseTimer th(st.hash_s);
-      compare_sums(ch.pieces, device->checksum(hashes), f.sums, f.trainer, st);
-    }
-    landing_free.push_back(Pending{device->fence(Lane::kMain), f.offset, f.bytes, {}});
-    for (int32_t g : completed) complete_group(g);
-    // The bytes are in our receive buffer: the trainer may reuse its region now.
-    CtrlMsg done{kMsgDone, -1, f.unit, f.chunk, L, 0, 0, 0, {}};
-    transport->send(f.trainer, done);
-    ++st.messages;
-    st.bytes_in += f.bytes;
-    --chunks_left;
-    after_landing();
-  };
-
-  auto reclaim = [&] {
+  // READYs (and the messages that may come with them) into the queue of gets to post.
+  bool receive() {
     bool any = false;
-    while (!landing_free.empty() && device->done(landing_free.front().fence)) {
-      arena.release(landing_free.front().offset, landing_free.front().bytes);
-      landing_free.pop_front();
-      any = true;
-    }
-    while (!buffer_free.empty() && device->done(buffer_free.front().fence)) {
-      meter.sub(buffer_free.front().buffer.size());
-      consumer_side.layerwise_pool.give(std::move(buffer_free.front().buffer));
-      buffer_free.pop_front();
+    CtrlMsg msg;
+    while (m_.transport->poll(&msg)) {
+      if (msg.type == kMsgShareReady) {
+        cs_.share_ready.insert({msg.a, msg.from});
+        continue;
+      }
+      if (msg.type == kMsgShareDone) continue;  // a sharer later than our wait for it
+      if (msg.type == kMsgHashes) {
+        cs_.direct_hashes[msg.from] = std::move(msg);
+        continue;
+      }
+      if (msg.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(msg.type));
+      readies_.push_back(std::move(msg));
       any = true;
     }
     return any;
-  };
+  }
 
-  BusyTime transfer;  // wall time with a read in flight, packed or one pass
-  OnePassReads direct(*this, sched, transfer);
-  double idle_since = -1;
-  IdleBackoff backoff;
-  while (chunks_left > 0 || !direct.done()) {
-    bool progressed = reclaim();
-    progressed |= direct.step(st, after_landing);
-    CtrlMsg m;
-    while (transport->poll(&m)) {
-      if (m.type == kMsgShareReady) {
-        consumer_side.share_ready.insert({m.a, m.from});
-        continue;
-      }
-      if (m.type == kMsgShareDone) continue;  // a sharer later than our wait for it
-      if (m.type == kMsgHashes) {
-        consumer_side.direct_hashes[m.from] = std::move(m);
-        continue;
-      }
-      if (m.type != kMsgReady) throw Error("consumer: unexpected message " + std::to_string(m.type));
-      readies.push_back(std::move(m));
-      progressed = true;
-    }
-    transport->progress();
-    while (!readies.empty()) {
-      const CtrlMsg& r = readies.front();
-      const auto& per_trainer = sched.chunks.at(size_t(r.a));
+  // A get for each READY the landing region has room for, in order.
+  bool post() {
+    bool any = false;
+    while (!readies_.empty()) {
+      const CtrlMsg& r = readies_.front();
+      const auto& per_trainer = sched_.chunks.at(size_t(r.a));
       auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == r.from; });
-      if (it == per_trainer.end() || r.b < 0 || r.b >= int32_t(it->second.size()) || uint64_t(r.z) != version ||
-          (opt.delta ? r.y < kDeltaHeaderBytes || r.y > delta_record_capacity(it->second[size_t(r.b)].bytes)
-                     : it->second[size_t(r.b)].bytes != r.y))
+      if (it == per_trainer.end() || r.b < 0 || r.b >= int32_t(it->second.size()) || uint64_t(r.z) != version_ ||
+          (m_.opt.delta ? r.y < kDeltaHeaderBytes || r.y > delta_record_capacity(it->second[size_t(r.b)].bytes)
+                        : it->second[size_t(r.b)].bytes != r.y))
         throw Error("consumer: READY from rank " + std::to_string(r.from) + " for unit " + std::to_string(r.a) +
                     " chunk " + std::to_string(r.b) + " does not match this rank's schedule");
-      auto off = arena.alloc(r.y);
+      auto off = arena_.alloc(r.y);
       if (!off) break;
-      Transport::GetId id = transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
-      gets.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, r.payload});
-      transfer.begin(now_s());
-      ++st.gets;
-      readies.pop_front();
-      progressed = true;
+      Transport::GetId id = m_.transport->get(r.from, size_t(r.x), size_t(*off), size_t(r.y));
+      gets_.emplace(id, InFlight{r.a, r.b, r.from, *off, r.y, r.payload});
+      transfer_.begin(now_s());
+      ++st_.gets;
+      readies_.pop_front();
+      any = true;
     }
-    for (auto it = gets.begin(); it != gets.end();) {
-      if (transport->test(it->first)) {
-        transfer.end(now_s());
+    return any;
+  }
+
+  bool complete() {
+    bool any = false;
+    for (auto it = gets_.begin(); it != gets_.end();) {
+      if (m_.transport->test(it->first)) {
+        transfer_.end(now_s());
         land(it->second);
-        it = gets.erase(it);
-        progressed = true;
+        it = gets_.erase(it);
+        any = true;
       } else {
         ++it;
       }
     }
-    if (!progressed && gets.empty()) {
-      if (idle_since < 0) idle_since = now_s();
-    } else if (idle_since >= 0) {
-      st.wait_s += now_s() - idle_since;
-      idle_since = -1;
+    return any;
+  }
+
+  // Landing regions and layerwise buffers whose device work has finished, back to their pools.
+  bool reclaim() {
+    bool any = false;
+    while (!landing_free_.empty() && m_.device->done(landing_free_.front().fence)) {
+      arena_.release(landing_free_.front().offset, landing_free_.front().bytes);
+      landing_free_.pop_front();
+      any = true;
     }
-    if (progressed) {
-      beat();
-      backoff.progress();
-    } else {
-      waiting("pulling a sync's chunks", gets.empty() ? -1 : gets.begin()->second.trainer);
-      check_broken();
-      backoff.pause();
+    while (!buffer_free_.empty() && m_.device->done(buffer_free_.front().fence)) {
+      meter_.sub(buffer_free_.front().buffer.size());
+      cs_.layerwise_pool.give(std::move(buffer_free_.front().buffer));
+      buffer_free_.pop_front();
+      any = true;
+    }
+    return any;
+  }
+
+  // Test hooks after a chunk or a one-pass read landed: this rank dies, or straggles.
+  void after_landing() {
+    if (sync_index_ == m_.opt.fail_at_sync && m_.world.rank == m_.opt.fail_rank) {
+      m_.transport->flush_sends();
+      std::raise(SIGKILL);  // test hook: this rank dies mid-sync
+    }
+    if (m_.world.rank == m_.opt.slow_rank && m_.opt.slow_ms > 0)  // test hook: a straggler
+      std::this_thread::sleep_for(std::chrono::milliseconds(m_.opt.slow_ms));
+  }
+
+  // --delta: the record brings the kept chunk to this version; its pieces are placed from there.
+  uint8_t* apply_delta(const InFlight& f, const Chunk& ch, uint8_t* base) {
+    PhaseTimer t(st_.process_s);
+    bool fresh = false;
+    KeptChunk& kept = cs_.kept.at({int32_t(e_), f.unit, int32_t(f.trainer), f.chunk}, ch.bytes, m_.device.get(), &fresh);
+    DeltaRecord r;
+    try {
+      r = m_.device->delta_apply(DeltaApplyJob{base, f.bytes, kept.bytes.data(), ch.bytes, !fresh, kept.version});
+    } catch (const Error& x) {
+      throw Error("consumer rank " + std::to_string(m_.world.rank) + ", unit " + std::to_string(f.unit) + " chunk " +
+                  std::to_string(f.chunk) + " from trainer rank " + std::to_string(f.trainer) + ": " + x.what());
+    }
+    kept.version = version_;
+    st_.delta_full_bytes += ch.bytes;
+    st_.delta_index_bytes += r.index_bytes;
+    st_.delta_whole_chunks += r.whole;
+    ++st_.delta_chunks;
+    return kept.bytes.data();
+  }
+
+  // Test hook: one flipped bit must fail verification (the chunk's first byte, or the first FP8
+  // piece's first code or scale).
+  void corrupt_for_test(const Chunk& ch, uint8_t* base) {
+    if (sync_index_ != m_.opt.corrupt_at_sync || m_.world.inference_rank != 0 || corrupted_) return;
+    uint8_t* at = m_.opt.corrupt_in == SyncOptions::CorruptIn::kAny ? base : nullptr;
+    for (const ChunkPiece& p : ch.pieces)
+      if (!at && p.fp8)
+        at = base + p.buf_offset + (m_.opt.corrupt_in == SyncOptions::CorruptIn::kFp8Scale ? fp8_scales_at(p) : 0);
+    if (at) {
+      flip_bit(at);
+      corrupted_ = true;
     }
   }
-  if (in_place) {
-    int64_t expected = 0;
-    for (const auto& [g, bytes] : consumer_side.group_copy_bytes) expected += bytes;
-    expected -= sched.shared_bytes;
-    if (packed_landed + direct.bytes() != expected)
-      throw Error("consumer: " + std::to_string(packed_landed + direct.bytes()) + " bytes written of the plan's " +
-                  std::to_string(expected) + " at the end of the sync");
-  } else {
-    for (const auto& [g, left] : group_left)
-      if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
-  }
-  stall_for_test(SyncOptions::StallIn::kProcess, sync_index);
-  if (in_place && !consumer_side.quant.empty() && !consumer_side.fp8_arrived) {  // an FP8 target: quantize every group now
-    quantize_group(-1, consumer_side.live.data(), 0, Lane::kMain, st);
-    PhaseTimer t(st.quantize_s);
-    device->synchronize();
-  }
-  device->synchronize();  // every fence has passed (and fences are recycled): release all
-  for (auto& p : landing_free) arena.release(p.offset, p.bytes);
-  for (auto& p : buffer_free) consumer_side.layerwise_pool.give(std::move(p.buffer));
-  landing_free.clear();
-  buffer_free.clear();
-  transport->flush_sends();
-  st.network_bytes = packed_landed + direct.bytes();
-  std::set<int32_t> lost;  // entries whose shared bytes a dead puller never made ready
-  if (opt.dedupe_node) share_in_node(sched, sync_index, st, &lost);
-  if (sync_index == opt.corrupt_at_sync && world.inference_rank == 0 && !corrupted && direct.first_dst()) {
-    uint8_t b = 0;  // test hook, every piece read in one pass: one flipped bit must fail verification
-    device->to_host(&b, direct.first_dst(), 1);
+
+  void flip_bit(uint8_t* at) {
+    uint8_t b = 0;
+    m_.device->to_host(&b, at, 1);
     b ^= 0x01;
-    device->from_host(direct.first_dst(), &b, 1);
+    m_.device->from_host(at, &b, 1);
   }
-  check_direct_sums(sched, version, st);
-  stretch_sync_for_test(e, t0);
-  st.total_s = now_s() - t0;
-  st.transfer_s += transfer.total();  // with the copies in the node
-  st.peak_staging_bytes = meter.peak();
-  st.delta_kept_bytes = consumer_side.kept.bytes();
-  stall_for_test(SyncOptions::StallIn::kVerify, sync_index);
-  if (opt.verify) verify(version, st, lost);
-  return st;
+
+  // A chunk in the landing region: its pieces copied to their place (the live weights, or their
+  // group's layerwise buffer; FP8 codes and scales into the live FP8 weights), hashed where they
+  // landed with --checksum, complete groups processed, DONE to the trainer.
+  void land(const InFlight& f) {
+    const auto& per_trainer = sched_.chunks[size_t(f.unit)];
+    auto it = std::find_if(per_trainer.begin(), per_trainer.end(), [&](const auto& x) { return x.first == f.trainer; });
+    const Chunk& ch = it->second[size_t(f.chunk)];
+    uint8_t* base = cs_.landing.data() + f.offset;
+    if (m_.opt.delta) base = apply_delta(f, ch, base);
+    corrupt_for_test(ch, base);
+    PhaseTimer t(st_.process_s);
+    std::vector<CopyJob> jobs;
+    std::vector<HashJob> hashes;  // --checksum: each piece where its copy put it
+    std::vector<int32_t> completed;
+    for (const ChunkPiece& p : ch.pieces) {
+      int32_t ep = cs_.plan->entries[size_t(p.entry)].engine_param;
+      int32_t g = cs_.group_of_param[size_t(ep)];
+      const int32_t eb = int32_t(dtype_bytes(cs_.plan->params[size_t(ep)].dtype));
+      const int64_t plan_bytes = p.copy.numel * eb;  // what the piece places, in the plan's dtype
+      if (p.fp8) {  // codes and scales straight into the live FP8 weights, in place or layerwise
+        const int32_t qi = cs_.quant_of_param[size_t(ep)];
+        uint8_t* fp8 = cs_.fp8.data();
+        jobs.push_back(CopyJob{base + p.buf_offset, fp8 + cs_.codes_offset[size_t(qi)], unpack_copy(p.copy), 1});
+        jobs.push_back(CopyJob{base + p.buf_offset + fp8_scales_at(p), fp8 + cs_.scale_offset[size_t(qi)], p.scales, 4});
+      } else {
+        uint8_t* dst = cs_.live.data() + cs_.param_offset[size_t(ep)];
+        if (!in_place_)
+          dst = m_.layerwise(g, buffers_, meter_).data() + (cs_.param_offset[size_t(ep)] - cs_.group_span.at(g).first);
+        jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb});
+        if (m_.opt.checksum) hashes.push_back(piece_hash_at_receiver(p, dst, eb));
+      }
+      packed_landed_ += plan_bytes;
+      if ((group_left_[g] -= plan_bytes) == 0 && !in_place_) completed.push_back(g);
+    }
+    m_.device->copy(jobs);
+    if (m_.opt.checksum) {  // right after the copy, while the chunk's pieces are fresh (FP8 on the wire is refused)
+      PhaseTimer th(st_.hash_s);
+      m_.compare_sums(ch.pieces, m_.device->checksum(hashes), f.sums, f.trainer, st_);
+    }
+    landing_free_.push_back(Pending{m_.device->fence(Lane::kMain), f.offset, f.bytes, {}});
+    for (int32_t g : completed) complete_group(g);
+    // The bytes are in our receive buffer: the trainer may reuse its region now.
+    CtrlMsg done{kMsgDone, -1, f.unit, f.chunk, m_.world.local_rank, 0, 0, 0, {}};
+    m_.transport->send(f.trainer, done);
+    ++st_.messages;
+    st_.bytes_in += f.bytes;
+    --chunks_left_;
+    after_landing();
+  }
+
+  // --layerwise: a group whose pieces have all landed in its buffer is processed (identity for
+  // bf16 weights; an FP8 target's quantize) and copied into the live weights, on the row's lane.
+  void complete_group(int32_t g) {
+    if (!buffers_.count(g)) return;  // every piece of the group was FP8, placed as it landed
+    DeviceBuffer buf = std::move(buffers_.at(g));
+    buffers_.erase(g);
+    const auto& span = cs_.group_span.at(g);
+    const bool background = spec_.background_process;
+    Lane lane = background ? Lane::kBackground : Lane::kMain;
+    if (background) m_.device->after(Lane::kBackground, m_.device->fence(Lane::kMain));
+    m_.device->memcpy(cs_.live.data() + span.first, buf.data(), buf.size(), lane);
+    m_.quantize_group(g, buf.data(), span.first, lane, st_);  // an FP8 target's process step
+    // The buffer stays staged until that copy completed (reclaim), not merely queued.
+    buffer_free_.push_back(Pending{m_.device->fence(lane), 0, 0, std::move(buf)});
+  }
+
+  // Every chunk and read is in: the bytes the plan promised, the process step of an FP8 target
+  // in place, the pools back, the copies in the node, the test hooks, one-pass checksums, stats.
+  void finish(const OnePassReads& direct) {
+    check_complete(direct);
+    m_.stall_for_test(SyncOptions::StallIn::kProcess, sync_index_);
+    if (in_place_ && !cs_.quant.empty() && !cs_.fp8_arrived) {  // an FP8 target: quantize every group now
+      m_.quantize_group(-1, cs_.live.data(), 0, Lane::kMain, st_);
+      PhaseTimer t(st_.quantize_s);
+      m_.device->synchronize();
+    }
+    m_.device->synchronize();  // every fence has passed (and fences are recycled): release all
+    for (auto& p : landing_free_) arena_.release(p.offset, p.bytes);
+    for (auto& p : buffer_free_) cs_.layerwise_pool.give(std::move(p.buffer));
+    landing_free_.clear();
+    buffer_free_.clear();
+    m_.transport->flush_sends();
+    st_.network_bytes = packed_landed_ + direct.bytes();
+    std::set<int32_t> lost;  // entries whose shared bytes a dead puller never made ready
+    if (m_.opt.dedupe_node) m_.share_in_node(sched_, sync_index_, st_, &lost);
+    if (sync_index_ == m_.opt.corrupt_at_sync && m_.world.inference_rank == 0 && !corrupted_ && direct.first_dst())
+      flip_bit(direct.first_dst());  // test hook, every piece read in one pass: one flipped bit must fail verification
+    m_.check_direct_sums(sched_, version_, st_);
+    stretch_sync_for_test(e_, t0_);
+    st_.total_s = now_s() - t0_;
+    st_.transfer_s += transfer_.total();  // with the copies in the node
+    st_.peak_staging_bytes = meter_.peak();
+    st_.delta_kept_bytes = cs_.kept.bytes();
+    m_.stall_for_test(SyncOptions::StallIn::kVerify, sync_index_);
+    if (m_.opt.verify) m_.verify(version_, st_, lost);
+  }
+
+  void check_complete(const OnePassReads& direct) const {
+    if (in_place_) {
+      int64_t expected = 0;
+      for (const auto& [g, bytes] : cs_.group_copy_bytes) expected += bytes;
+      expected -= sched_.shared_bytes;
+      if (packed_landed_ + direct.bytes() != expected)
+        throw Error("consumer: " + std::to_string(packed_landed_ + direct.bytes()) + " bytes written of the plan's " +
+                    std::to_string(expected) + " at the end of the sync");
+    } else {
+      for (const auto& [g, left] : group_left_)
+        if (left != 0) throw Error("consumer: weight group " + std::to_string(g) + " incomplete at the end of the sync");
+    }
+  }
+
+  Engines::Impl& m_;
+  ConsumerSide& cs_;
+  const EngineKind e_;
+  const int sync_index_;
+  const uint64_t version_;
+  const ConsumerSchedule& sched_;
+  const EngineSpec& spec_;
+  const bool in_place_;
+  RankStats st_;
+  double t0_ = 0;
+  std::deque<CtrlMsg> readies_;
+  StagingMeter meter_;
+  RangeAllocator arena_;
+  std::map<int32_t, DeviceBuffer> buffers_;  // --layerwise: each group's buffer while it fills
+  std::map<int32_t, int64_t> group_left_;    // bytes each group still waits for
+  std::map<Transport::GetId, InFlight> gets_;
+  std::deque<Pending> landing_free_, buffer_free_;
+  int64_t chunks_left_ = 0;
+  int64_t packed_landed_ = 0;
+  bool corrupted_ = false;
+  BusyTime transfer_;  // wall time with a read in flight, packed or one pass
+};
+
+RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t version) {
+  return Consumer(*this, e, sync_index, version).run();
 }
 
 void Engines::Impl::stall_for_test(SyncOptions::StallIn where, int sync_index) {
