@@ -470,6 +470,9 @@ def engine_json(peer, rows, a, moved, nb, rounds):
         "nccl-bcast": "torch.distributed NCCL broadcast of every tensor from rank 0 into a receive buffer; "
                       "inference copies its slices out",
         "nccl-bucket": f"tensors packed into a {nb} B bucket, NCCL broadcast per bucket ({rounds} per sync); inference copies its slices out",
+        "ipc-kept": "one IPC handle per trainer tensor, opened once and kept; each sync copies every tensor straight into its "
+                    "final slice of the merged parameter (one copy_ each)",
+        "ipc-kept-foreach": "as ipc-kept, the copies of a sync as one torch._foreach_copy_",
     }[peer]
     return {"engine": "peer:" + peer, "timed_syncs": len(timed),
             "time_s": {"min": min(ts), "avg": avg, "max": max(ts)},
