@@ -100,7 +100,9 @@ case "$mode" in
     # Each survivor sees rank 1's heartbeats end (its port closed, or silence for the failure
     # timeout) and prints the one line, or, where its transport reports the dead trainer first,
     # an error naming rank 1 (UCX 1.22 fails a get in flight to a dead peer at once).
-    line='^shardsync: rank ([02-5]) \((trainer|inference)[^)]*\): rank 1 \(trainer\) lost: (its process is gone|no heartbeat for [0-9.]+ s)[^;]*; a trainer rank cannot be lost \(its shards have no other copy\): exiting$'
+    # The reason is the trainer's where failures are tolerated (UCX), else tolerance off (a build
+    # without UCX, whose transport is mpi).
+    line='^shardsync: rank ([02-5]) \((trainer|inference)[^)]*\): rank 1 \(trainer\) lost: (its process is gone|no heartbeat for [0-9.]+ s)[^;]*; (a trainer rank cannot be lost \(its shards have no other copy\)|failure tolerance is off \(--failure-tolerance\)): exiting$'
     ranks=$( { sed -nE "s/$line/\1/p" "$log"
                sed -n 's/^shardsync: error on rank \([0-9][0-9]*\): .*rank 1 failed.*/\1/p' "$log"; } | sort -u | tr '\n' ' ')
     [[ "$ranks" == "0 2 3 4 5 " ]] || fail "expected the line (or an error naming rank 1) on each of ranks 0, 2-5, saw: $ranks"
