@@ -450,11 +450,18 @@ def parse_bytes(text):
 def git_sha():
     if os.environ.get("SHARDSYNC_COMMIT"):
         return os.environ["SHARDSYNC_COMMIT"]
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "?"
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=here).stdout.strip()
     except Exception:
-        return "?"
+        sha = ""
+    if not sha:  # a copy without git (the GPU host): the stamp make stamp wrote at the tree's root
+        try:
+            sha = open(os.path.join(here, "..", "..", ".shardsync-commit")).read().strip()
+        except OSError:
+            sha = ""
+    return sha or "?"
 
 
 def engine_json(peer, rows, a, moved, nb, rounds):

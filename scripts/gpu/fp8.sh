@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/fp8}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# FP8 targets on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
+say "# FP8 targets on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 if [[ ! -x build-gpu/apps/shardsync || "${REBUILD:-1}" == 1 ]]; then
   step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \

@@ -19,7 +19,7 @@ OUT="${OUT:-results/gpu/one-pass}"
 LOGS="${LOGS:-$OUT/logs}"
 CASES="${CASES:-a b c}"
 source scripts/gpu/common.sh
-say "# one-pass pulls and peers on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
+say "# one-pass pulls and peers on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 [[ "$gpus" -ge 2 ]] && say "# placement: $gpus GPUs; trainers on the first half, inference ranks on the second" ||
   say "# placement: ONE GPU shared by every rank (colocated: trainer and inference memory on the same H200)"

@@ -17,7 +17,7 @@ LOGS="${LOGS:-$OUT/logs}"
 CASES="${CASES:-dp4ep4 tp2x2}"
 SYNCS="${SYNCS:-2}"
 SUM_MODE=append source scripts/gpu/common.sh
-say "# Qwen3 experiment shape, $(date -u +%Y-%m-%dT%H:%MZ), git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), cases: $CASES"
+say "# Qwen3 experiment shape, $(date -u +%Y-%m-%dT%H:%MZ), git $(source_commit), cases: $CASES"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 say "# placement: $gpus GPU(s) for 8 ranks: trainer ranks 0-3 on GPU 0..$(( gpus >= 2 ? gpus / 2 - 1 : 0 )), inference ranks 4-7 on the rest"
 [[ "$gpus" -lt 8 ]] && say "# NOT the published placement (one GPU per rank): ranks share GPUs; gathers and broadcast are host-staged MPI"

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/latest}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# GPU benchmark, $(date -u +%Y-%m-%dT%H:%MZ), git $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+say "# GPU benchmark, $(date -u +%Y-%m-%dT%H:%MZ), git $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 if [[ "$gpus" -ge 2 ]]; then
   say "# placement: $gpus GPUs; trainer ranks on GPU 0..$((gpus / 2 - 1)), inference ranks on GPU $((gpus / 2))..$((gpus - 1))"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/updates}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# update density on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
+say "# update density on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
