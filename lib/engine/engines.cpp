@@ -334,6 +334,11 @@ const ProducerSchedule& Engines::Impl::producer_schedule(EngineKind e) {
         else
           s.expected[size_t(s.unit_of_hf[size_t(entry.hf_param)])][size_t(p.local_rank)].push_back(std::move(piece));
       }
+    if (opt.checksum) {
+      s.direct.resize(plans.size());
+      for (size_t l = 0; l < plans.size(); ++l)
+        if (s.direct_bytes[l] > 0) s.direct[l] = direct_pieces(e, int(l), world.rank);
+    }
     return s;
   });
 }

@@ -81,6 +81,9 @@ struct ProducerSchedule : UnitSchedule {
   std::vector<std::vector<std::vector<ChunkPiece>>> expected;
   // Per local rank: bytes it reads from this trainer in one pass (> 0: READ_DONE awaited).
   std::vector<int64_t> direct_bytes;
+  // --checksum: per local rank, the pieces it reads in one pass from this trainer, in the
+  // consumer's order (ConsumerSchedule::direct), which the trainer hashes at each sync's start.
+  std::vector<std::vector<ChunkPiece>> direct;
 };
 
 // A cached request: per unit, per local rank, the pulls it asked for (kept across syncs by
@@ -269,7 +272,7 @@ struct Engines::Impl {
   // Whether the consumer reads `piece` (served by `trainer_rank` under `policy`) in one pass.
   bool reads_directly(SourcePolicy policy, int trainer_rank, const ChunkPiece& piece) const;
   // The pieces local rank `local_rank` reads in one pass from `trainer_rank`, in its order
-  // (ConsumerSchedule::direct): what that trainer hashes for --checksum.
+  // (ConsumerSchedule::direct): ProducerSchedule::direct, made once with the schedule.
   std::vector<ChunkPiece> direct_pieces(EngineKind e, int local_rank, int trainer_rank);
   // --checksum, consumer: the landed pieces' sums against the trainer's; a difference is counted
   // and the first named in st.
