@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/synth_hash.hpp"
 #include "strided.cuh"
@@ -18,19 +19,25 @@ namespace kernels {
 namespace {
 
 // Element offsets of outer iteration r of a job (DevJob, TransposeJob): its outer loops
-// walked with the innermost fastest.
+// walked with the innermost fastest. `h` (DevJob, --checksum): the run's first element's
+// index on the hashed side as well.
 template <class Job>
-__device__ __forceinline__ void run_base(const Job& j, int64_t r, int64_t* s, int64_t* d) {
-  int64_t so = j.src_offset, dof = j.dst_offset;
+__device__ __forceinline__ void run_base(const Job& j, int64_t r, int64_t* s, int64_t* d, int64_t* h = nullptr) {
+  int64_t so = j.src_offset, dof = j.dst_offset, ho = 0;
+  if constexpr (std::is_same_v<Job, DevJob>)
+    if (h) ho = j.hash_offset;
   for (int k = j.outer - 1; k >= 0; --k) {
     int64_t n = j.size[k];
     int64_t i = r % n;
     r /= n;
     so += i * j.src_stride[k];
     dof += i * j.dst_stride[k];
+    if constexpr (std::is_same_v<Job, DevJob>)
+      if (h) ho += i * j.hash_stride[k];
   }
   *s = so;
   *d = dof;
+  if (h) *h = ho;
 }
 
 template <int V>
@@ -66,16 +73,70 @@ __device__ __forceinline__ T load_src(const T* p) {
   else return *p;
 }
 
+// --checksum: the terms of the V / EB elements of one unit, element k at index idx + k * step.
+template <int V, int EB>
+__device__ __forceinline__ uint64_t hash_elems(const typename Vec<V>::T& v, int64_t idx, int64_t step, int32_t tensor) {
+  static_assert(V % EB == 0, "whole elements");
+  uint64_t acc = 0;
+  if constexpr (V >= 4 && EB <= 4) {
+    union {
+      typename Vec<V>::T v;
+      uint32_t w[V / 4];
+    } u;
+    u.v = v;
+    constexpr int kPer = 4 / EB;  // elements per 32-bit word
+#pragma unroll
+    for (int k = 0; k < V / EB; ++k) {
+      const uint32_t word = u.w[k / kPer];
+      const uint32_t bits = EB == 4 ? word : (word >> (8 * EB * (k % kPer))) & ((1u << (8 * (EB % 4))) - 1u);
+      acc += checksum_term(tensor, idx + k * step, bits);
+    }
+  } else if constexpr (V == 8 && EB == 8) {
+    acc = checksum_term(tensor, idx, (uint64_t(v.y) << 32) | v.x);
+  } else if constexpr (V == 16 && EB == 8) {
+    acc = checksum_term(tensor, idx, (uint64_t(v.y) << 32) | v.x) + checksum_term(tensor, idx + step, (uint64_t(v.w) << 32) | v.z);
+  } else {  // V < 4: one or two bytes
+    acc = checksum_term(tensor, idx, uint64_t(v) & ((uint64_t(1) << (8 * EB)) - 1));
+    if constexpr (V == 2 && EB == 1) acc += checksum_term(tensor, idx + step, uint64_t(v) >> 8);
+  }
+  return acc;
+}
+
+// One unit's terms (elem_bytes chosen at run time, the unit's width at compile time).
+template <int V>
+__device__ __forceinline__ uint64_t hash_unit(const typename Vec<V>::T& v, int eb, int64_t idx, int64_t step, int32_t tensor) {
+  switch (eb) {
+    case 1: return hash_elems<V, 1>(v, idx, step, tensor);
+    case 2:
+      if constexpr (V % 2 == 0) return hash_elems<V, 2>(v, idx, step, tensor);
+      break;
+    case 4:
+      if constexpr (V % 4 == 0) return hash_elems<V, 4>(v, idx, step, tensor);
+      break;
+    default:
+      if constexpr (V % 8 == 0) return hash_elems<V, 8>(v, idx, step, tensor);
+      break;
+  }
+  return 0;
+}
+
+// Whether a job's elements are hashed: a kHash job, or a copy with a tensor to hash.
+__host__ __device__ __forceinline__ bool hashes(const DevJob& j) {
+  return j.mode == kHash || (j.mode == kCopy && j.hash_tensor >= 0);
+}
+
 // A job's runs are contiguous on both sides: its units are vectors (or single elements of
 // stride 1), so unit w of a run starts w * (unit_bytes / elem_bytes) elements in.
 __host__ __device__ __forceinline__ bool runs_contiguous(const DevJob& j) {
   return j.unit_bytes != j.elem_bytes || (j.inner_src_stride == 1 && j.inner_dst_stride == 1);
 }
 
-// One unit of a job: `s`/`d` are the run's first element; `w` the unit within the run.
-template <int V, bool kNc>
-__device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, int64_t w, unsigned long long* bad,
-                                        unsigned long long* first, int job_idx) {
+// One unit of a job: `s`/`d`/`h` are the run's first element (source, destination, hashed
+// index); `w` the unit within the run. Returns the unit's checksum terms (kH: a kernel of
+// hashing jobs; 0 for a job that hashes nothing).
+template <int V, bool kNc, bool kH>
+__device__ __forceinline__ uint64_t do_unit(const DevJob& j, int64_t s, int64_t d, int64_t h, int64_t w,
+                                            unsigned long long* bad, unsigned long long* first, int job_idx) {
   using T = typename Vec<V>::T;
   const int eb = j.elem_bytes;
   const bool contiguous = runs_contiguous(j);
@@ -84,8 +145,16 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
   int64_t de = contiguous ? d + w * per : d + w * j.inner_dst_stride;
   uint8_t* dp = j.dst + de * eb;
   if (j.mode == kCopy) {
-    *reinterpret_cast<T*>(dp) = load_src<kNc>(reinterpret_cast<const T*>(j.src + se * eb));
-    return;
+    const T v = load_src<kNc>(reinterpret_cast<const T*>(j.src + se * eb));
+    *reinterpret_cast<T*>(dp) = v;
+    if constexpr (kH)
+      if (j.hash_tensor >= 0) return hash_unit<V>(v, eb, h + w * per * j.hash_inner_stride, j.hash_inner_stride, j.hash_tensor);
+    return 0;
+  }
+  if (j.mode == kHash) {  // read where it lies, nothing written (only ever launched with kH)
+    if constexpr (kH)
+      return hash_unit<V>(*reinterpret_cast<const T*>(dp), eb, h + w * per * j.hash_inner_stride, j.hash_inner_stride, j.hash_tensor);
+    return 0;
   }
   // Synthetic values of `per` consecutive source elements, packed little-endian.
   union {
@@ -110,14 +179,15 @@ __device__ __forceinline__ void do_unit(const DevJob& j, int64_t s, int64_t d, i
         atomicMin(first, (static_cast<unsigned long long>(job_idx) << 40) | static_cast<unsigned long long>(de + e));
       }
     }
-    return;
+    return 0;
   }
   *reinterpret_cast<T*>(dp) = u.v;
+  return 0;
 }
 
-// A copy of one contiguous run on both sides, moved in whole vector units.
+// A copy (or a hash) of one contiguous run on both sides, moved in whole vector units.
 __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
-  return j.mode == kCopy && j.runs == 1 && runs_contiguous(j);
+  return (j.mode == kCopy || j.mode == kHash) && j.runs == 1 && runs_contiguous(j);
 }
 
 // A copy of rows: several runs, one outer loop (the row-parallel column slices, o_proj and
@@ -128,35 +198,56 @@ __host__ __device__ __forceinline__ bool is_one_run(const DevJob& j) {
 // contiguous copy, as every earlier form of this path did (walked 64-bit state, launch
 // bounds, fields in registers, ld.global.nc); on the strided sweep's patterns, locally and
 // through a mapping, this same kernel runs at the contiguous rate
-// (results/gpu/one-pass/README.md, results/gpu/one-pass/nc-loads/).
+// (results/gpu/one-pass/README.md, results/gpu/one-pass/nc-loads/). A kHash job of rows
+// reads its dst side and writes nothing.
 __host__ __device__ __forceinline__ bool is_rows(const DevJob& j) {
-  return j.mode == kCopy && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
+  return (j.mode == kCopy || j.mode == kHash) && j.runs > 1 && j.outer == 1 && j.runs * j.run_units <= (int64_t(1) << 31);
 }
 
-template <int V, bool kNc>
-__device__ __forceinline__ void copy_rows(const DevJob& j, int64_t u, int64_t end) {
+template <int V, bool kNc, bool kH>
+__device__ __forceinline__ uint64_t copy_rows(const DevJob& j, int64_t u, int64_t end) {
   using T = typename Vec<V>::T;
   const int64_t eb = j.elem_bytes;
   const bool contiguous = runs_contiguous(j);
-  const int64_t us = (contiguous ? V / eb : j.inner_src_stride) * eb;  // bytes from unit to unit of a run
-  const int64_t ud = (contiguous ? V / eb : j.inner_dst_stride) * eb;
+  const bool only_hash = kH && j.mode == kHash;
+  const bool hash = kH && hashes(j);
+  const int64_t per = V / eb;
+  const int64_t us = (contiguous ? per : j.inner_src_stride) * eb;  // bytes from unit to unit of a run
+  const int64_t ud = (contiguous ? per : j.inner_dst_stride) * eb;
   const int64_t rs = j.src_stride[0] * eb, rd = j.dst_stride[0] * eb;  // bytes from run to run
-  const uint8_t* const src = j.src + j.src_offset * eb;
+  const uint8_t* const src = only_hash ? j.dst + j.dst_offset * eb : j.src + j.src_offset * eb;
   uint8_t* const dst = j.dst + j.dst_offset * eb;
+  const int64_t lrs = only_hash ? rd : rs, lus = only_hash ? ud : us;  // the loads' side
+  const int64_t hu = per * j.hash_inner_stride, hr = j.hash_stride[0];  // index from unit to unit, run to run
   const uint32_t ru = uint32_t(j.run_units), e = uint32_t(end), step = blockDim.x;
+  uint64_t acc = 0;
   for (uint32_t x = uint32_t(u); x < e; x += 4 * step) {
     T v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const uint32_t y = x + k * step, r = y / ru;
-      if (y < e) v[k] = load_src<kNc>(reinterpret_cast<const T*>(src + r * rs + (y - r * ru) * us));
+      if (y < e) v[k] = load_src<kNc>(reinterpret_cast<const T*>(src + r * lrs + (y - r * ru) * lus));
     }
+    if (!only_hash) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t y = x + k * step, r = y / ru;
-      if (y < e) *reinterpret_cast<T*>(dst + r * rd + (y - r * ru) * ud) = v[k];
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t y = x + k * step, r = y / ru;
+        if (y < e) *reinterpret_cast<T*>(dst + r * rd + (y - r * ru) * ud) = v[k];
+      }
+    }
+    if constexpr (kH) {
+      if (hash) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t y = x + k * step, r = y / ru;
+          if (y < e)
+            acc += hash_unit<V>(v[k], int(eb), j.hash_offset + int64_t(r) * hr + int64_t(y - r * ru) * hu, j.hash_inner_stride,
+                                j.hash_tensor);
+        }
+      }
     }
   }
+  return acc;
 }
 
 // The job of tile b: the last with first_tile[j] <= b (first_tile ascending, [0] = 0).
@@ -171,17 +262,45 @@ __device__ __forceinline__ int find_job(const int64_t* __restrict__ first_tile, 
 }
 
 // Any job (the kernel without kRows): one-run copies as plain vector copies, the rest
-// unit by unit.
-template <int V, bool kNc>
-__device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end, unsigned long long* bad,
-                                         unsigned long long* first) {
+// unit by unit. Returns the thread's checksum terms (kH).
+template <int V, bool kNc, bool kH>
+__device__ __forceinline__ uint64_t copy_any(const DevJob& j, int64_t u, int64_t end, unsigned long long* bad,
+                                             unsigned long long* first) {
+  uint64_t acc = 0;
   if (is_one_run(j)) {
     // One contiguous run (whole rows of a column-parallel slice, whole tensors): a plain
     // vector copy, four units in flight per thread.
     using T = typename Vec<V>::T;
-    const T* src = reinterpret_cast<const T*>(j.src + j.src_offset * j.elem_bytes);
+    const bool only_hash = kH && j.mode == kHash;
+    const T* src = reinterpret_cast<const T*>(only_hash ? j.dst + j.dst_offset * j.elem_bytes : j.src + j.src_offset * j.elem_bytes);
     T* dst = reinterpret_cast<T*>(j.dst + j.dst_offset * j.elem_bytes);
     const int64_t step = blockDim.x;
+    if constexpr (kH) {
+      if (hashes(j)) {  // the same walk, each unit hashed as it passes
+        const int eb = j.elem_bytes;
+        const int64_t per = V / eb, hs = j.hash_inner_stride;
+        for (; u + 3 * step < end; u += 4 * step) {
+          T a = load_src<kNc>(src + u), b = load_src<kNc>(src + u + step), c = load_src<kNc>(src + u + 2 * step),
+            e = load_src<kNc>(src + u + 3 * step);
+          if (!only_hash) {
+            dst[u] = a;
+            dst[u + step] = b;
+            dst[u + 2 * step] = c;
+            dst[u + 3 * step] = e;
+          }
+          const int64_t h = j.hash_offset + u * per * hs;
+          acc += hash_unit<V>(a, eb, h, hs, j.hash_tensor) + hash_unit<V>(b, eb, h + step * per * hs, hs, j.hash_tensor) +
+                 hash_unit<V>(c, eb, h + 2 * step * per * hs, hs, j.hash_tensor) +
+                 hash_unit<V>(e, eb, h + 3 * step * per * hs, hs, j.hash_tensor);
+        }
+        for (; u < end; u += step) {
+          const T a = load_src<kNc>(src + u);
+          if (!only_hash) dst[u] = a;
+          acc += hash_unit<V>(a, eb, j.hash_offset + u * per * hs, hs, j.hash_tensor);
+        }
+        return acc;
+      }
+    }
     for (; u + 3 * step < end; u += 4 * step) {
       T a = load_src<kNc>(src + u), b = load_src<kNc>(src + u + step), c = load_src<kNc>(src + u + 2 * step),
         e = load_src<kNc>(src + u + 3 * step);
@@ -191,43 +310,56 @@ __device__ __forceinline__ void copy_any(const DevJob& j, int64_t u, int64_t end
       dst[u + 3 * step] = e;
     }
     for (; u < end; u += step) dst[u] = load_src<kNc>(src + u);
-    return;
+    return 0;
   }
   if (j.run_units >= blockDim.x) {
     // Long runs: locate the run once, then walk it; re-locate only when crossing a run.
-    int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
-    run_base(j, r, &s, &d);
+    int64_t r = u / j.run_units, w = u - r * j.run_units, s, d, h = 0;
+    run_base(j, r, &s, &d, kH ? &h : nullptr);
     for (; u < end; u += blockDim.x) {
-      do_unit<V, kNc>(j, s, d, w, bad, first, j.id);
+      acc += do_unit<V, kNc, kH>(j, s, d, h, w, bad, first, j.id);
       w += blockDim.x;
       while (w >= j.run_units && u + blockDim.x < end) {
         w -= j.run_units;
-        run_base(j, ++r, &s, &d);
+        run_base(j, ++r, &s, &d, kH ? &h : nullptr);
       }
     }
   } else {
     for (; u < end; u += blockDim.x) {
-      int64_t r = u / j.run_units, w = u - r * j.run_units, s, d;
-      run_base(j, r, &s, &d);
-      do_unit<V, kNc>(j, s, d, w, bad, first, j.id);
+      int64_t r = u / j.run_units, w = u - r * j.run_units, s, d, h = 0;
+      run_base(j, r, &s, &d, kH ? &h : nullptr);
+      acc += do_unit<V, kNc, kH>(j, s, d, h, w, bad, first, j.id);
     }
   }
+  return acc;
 }
 
 // Jobs of one vector width V. kRows: copies of rows only (copy_rows); else any job. kNc:
-// sources through the read-only path (load_src).
-template <int V, bool kRows, bool kNc>
+// sources through the read-only path (load_src). kH: a launch with hashing jobs (--checksum):
+// each warp adds its terms of a hashing job to sums[hash_slot].
+template <int V, bool kRows, bool kNc, bool kH = false>
 __global__ void jobs_kernel(const DevJob* jobs, const int64_t* first_tile, int njobs, unsigned long long* bad,
-                            unsigned long long* first) {
+                            unsigned long long* first, unsigned long long* sums = nullptr) {
   const int64_t b = blockIdx.x;
   const int ji = find_job(first_tile, njobs, b);
   const DevJob& j = jobs[ji];
   const int64_t first_unit = (b - first_tile[ji]) * kTileUnits;
   const int64_t end = min(first_unit + kTileUnits, j.runs * j.run_units);
   int64_t u = first_unit + threadIdx.x;
-  if (u >= end) return;
-  if constexpr (kRows) copy_rows<V, kNc>(j, u, end);
-  else copy_any<V, kNc>(j, u, end, bad, first);
+  if constexpr (!kH) {
+    if (u >= end) return;
+    if constexpr (kRows) copy_rows<V, kNc, false>(j, u, end);
+    else copy_any<V, kNc, false>(j, u, end, bad, first);
+  } else {
+    unsigned long long acc = 0;  // every thread of the block reaches the warp sums below
+    if (u < end) {
+      if constexpr (kRows) acc = copy_rows<V, kNc, true>(j, u, end);
+      else acc = copy_any<V, kNc, true>(j, u, end, bad, first);
+    }
+    if (!hashes(j)) return;  // the same for the whole block
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0 && acc != 0) atomicAdd(sums + j.hash_slot, acc);
+  }
 }
 
 // Where tile b of a transposing job starts: the outer iteration's element offsets and the

@@ -14,7 +14,6 @@
 #include "common/error.hpp"
 #include "device/device.hpp"
 #include "common/check.hpp"
-#include "checksum_kernels.cuh"
 #include "copy_kernels.cuh"
 #include "delta_kernels.cuh"
 #include "fp8_kernels.cuh"
@@ -26,11 +25,26 @@ namespace {
 
 using kernels::DevJob;
 
-// Converts a CopyDesc job to the kernel form, choosing the widest safe vector unit.
-DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, const SynthKey& key) {
+// Converts a CopyDesc job to the kernel form, choosing the widest safe vector unit. With
+// `index` (--checksum: a kHash job, or a copy that hashes what it moves), each element is also
+// hashed as element (index's source position + index_shift) of HF tensor `tensor`, into sums
+// slot `slot`; index's loops have the sizes of desc's.
+DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int32_t eb, int32_t mode, const SynthKey& key,
+                    const CopyDesc* index = nullptr, int64_t index_shift = 0, int32_t tensor = -1, int32_t slot = 0) {
   if (desc.dims.size() > size_t(kernels::kMaxOuter) + 1)
     throw Error("device kernels: a copy with more than 8 loops");
   DevJob j{};
+  j.hash_tensor = -1;
+  if (index) {
+    bool same = index->dims.size() == desc.dims.size();
+    for (size_t k = 0; same && k < desc.dims.size(); ++k) same = index->dims[k].size == desc.dims[k].size;
+    if (!same) throw Error("device checksum: a hashed copy whose index loops differ from its copy's");
+    j.hash_tensor = tensor;
+    j.hash_slot = slot;
+    j.hash_offset = index->src_offset + index_shift;
+    j.hash_inner_stride = index->dims.back().src_stride;
+    for (size_t k = 0; k + 1 < desc.dims.size(); ++k) j.hash_stride[k] = index->dims[k].src_stride;
+  }
   j.src = src;
   j.dst = dst;
   j.src_offset = desc.src_offset;
@@ -51,6 +65,7 @@ DevJob make_dev_job(const CopyDesc& desc, const uint8_t* src, uint8_t* dst, int3
   // Vector width: both sides contiguous (synth: the index side is always "contiguous" when
   // its stride is 1), every run start and the base pointers aligned to it.
   bool src_contig = in.src_stride == 1 || mode == kernels::kZero || mode == kernels::kVerifyZero, dst_contig = in.dst_stride == 1;
+  if (index) src_contig = src_contig && j.hash_inner_stride == 1;  // a vector's elements at consecutive indices
   int32_t v = eb;
   if (src_contig && dst_contig) {
     for (int32_t cand : {16, 8, 4}) {
@@ -120,18 +135,30 @@ class CudaDevice : public Device {
   // the large one-run jobs: the batched kernel reads an IPC mapping at 92% of cudaMemcpy's
   // rate (bench/gpu/copy_sweep.cu), and one launch beat hundreds of memcpy calls where
   // several ranks share the GPU (results/gpu/one-pass).
-  void copy(const std::vector<CopyJob>& jobs, Lane lane) override {
-    std::vector<DevJob> dj;
-    std::vector<kernels::TransposeJob> tj;
-    for (const CopyJob& j : jobs) {  // every job checked before anything is queued
-      if (j.desc.numel == 0) continue;
-      if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8))
-        tj.push_back(make_transpose_job(j));
-      else
-        dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0));
-    }
-    for (const kernels::TransposeJob& t : tj) launch_transpose(t, stream(lane));
-    launch(dj, lane);
+  void copy(const std::vector<CopyJob>& jobs, Lane lane) override { copy_jobs(jobs, lane, nullptr); }
+  // --checksum inside the copy: the sums in a stream-ordered device array, one slot per job,
+  // zeroed before the copy and read back by sums().
+  HashTicket copy_hashed(const std::vector<CopyJob>& jobs, Lane lane) override {
+    cudaStream_t s = stream(lane);
+    unsigned long long* sums = nullptr;
+    const size_t bytes = std::max<size_t>(jobs.size(), 1) * sizeof(unsigned long long);
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), bytes, s));
+    CUDA_CHECK(cudaMemsetAsync(sums, 0, bytes, s));
+    copy_jobs(jobs, lane, sums);
+    hashed_.push_back(Hashed{++tickets_, sums, jobs.size(), lane});
+    return tickets_;
+  }
+  std::vector<uint64_t> sums(HashTicket t) override {
+    auto it = std::find_if(hashed_.begin(), hashed_.end(), [&](const Hashed& h) { return h.ticket == t; });
+    if (it == hashed_.end()) throw Error("cuda device: no hashed copy " + std::to_string(t) + " to read sums of");
+    const Hashed h = *it;
+    hashed_.erase(it);
+    cudaStream_t s = stream(h.lane);
+    std::vector<unsigned long long> got(h.n);
+    if (h.n > 0) CUDA_CHECK(cudaMemcpyAsync(got.data(), h.sums, h.n * sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaFreeAsync(h.sums, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return std::vector<uint64_t>(got.begin(), got.end());
   }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
     std::vector<DevJob> dj;
@@ -221,60 +248,23 @@ class CudaDevice : public Device {
     }
     return r;
   }
-  // kernels/checksum_kernels.cuh: one launch for the batch on the main stream, after
-  // everything queued there; the sums come back.
+  // kHash jobs of the copy kernels (copy_kernels.cuh): one launch per vector width for the
+  // batch on the main stream, after everything queued there; the sums come back.
   std::vector<uint64_t> checksum(const std::vector<HashJob>& jobs) override {
-    using kernels::HashDevJob;
-    std::vector<uint64_t> out(jobs.size(), 0);
-    std::vector<HashDevJob> kj;
-    std::vector<int64_t> first_tile, index;
-    int64_t tiles = 0;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      const HashJob& h = jobs[i];
-      if (h.desc.numel == 0) continue;
-      if (h.desc.dims.size() > size_t(kernels::kMaxOuter) + 1) throw Error("device checksum: a piece with more than 8 loops");
-      HashDevJob k{};
-      k.data = h.data;
-      k.src_offset = h.desc.src_offset;
-      k.dst_offset = h.desc.dst_offset;
-      k.index_shift = h.index_shift;
-      const CopyDim& in = h.desc.dims.back();
-      k.inner = in.size;
-      k.inner_src_stride = in.src_stride;
-      k.inner_dst_stride = in.dst_stride;
-      k.runs = h.desc.numel / in.size;
-      k.outer = int32_t(h.desc.dims.size()) - 1;
-      for (int d = 0; d < k.outer; ++d) {
-        k.size[d] = h.desc.dims[size_t(d)].size;
-        k.src_stride[d] = h.desc.dims[size_t(d)].src_stride;
-        k.dst_stride[d] = h.desc.dims[size_t(d)].dst_stride;
-      }
-      k.elem_bytes = h.elem_bytes;
-      k.tensor = h.tensor;
-      k.at_src = h.at_src ? 1 : 0;
-      kj.push_back(k);
-      first_tile.push_back(tiles);
-      index.push_back(int64_t(i));
-      tiles += (h.desc.numel + kernels::kHashTileElems - 1) / kernels::kHashTileElems;
-    }
-    if (tiles == 0) return out;
-    if (tiles > int64_t(INT32_MAX)) throw Error("device checksum: a batch of more than 2^31 tiles");
-    cudaStream_t s = streams_[0];
-    uint8_t* d = upload_jobs(kj, first_tile, s);
+    std::vector<DevJob> dj;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (jobs[i].desc.numel > 0) dj.push_back(hash_job(jobs[i], int32_t(i)));
     unsigned long long* sums = nullptr;
-    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), kj.size() * sizeof(unsigned long long), s));
-    CUDA_CHECK(cudaMemsetAsync(sums, 0, kj.size() * sizeof(unsigned long long), s));
-    kernels::checksum_kernel<<<unsigned(tiles), kernels::kHashThreads, 0, s>>>(
-        reinterpret_cast<const HashDevJob*>(d), reinterpret_cast<const int64_t*>(d + kj.size() * sizeof(HashDevJob)),
-        int(kj.size()), sums);
-    CUDA_CHECK(cudaGetLastError());
-    std::vector<unsigned long long> got(kj.size());
-    CUDA_CHECK(cudaMemcpyAsync(got.data(), sums, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
+    cudaStream_t s = streams_[0];
+    const size_t bytes = std::max<size_t>(jobs.size(), 1) * sizeof(unsigned long long);
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), bytes, s));
+    CUDA_CHECK(cudaMemsetAsync(sums, 0, bytes, s));
+    launch(std::move(dj), Lane::kMain, sums);
+    std::vector<unsigned long long> got(jobs.size());
+    if (!got.empty()) CUDA_CHECK(cudaMemcpyAsync(got.data(), sums, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaFreeAsync(sums, s));
-    CUDA_CHECK(cudaFreeAsync(d, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    for (size_t i = 0; i < got.size(); ++i) out[size_t(index[i])] = uint64_t(got[i]);
-    return out;
+    return std::vector<uint64_t>(got.begin(), got.end());
   }
   // kernels/delta_kernels.cuh: four launches for the batch on the main stream (after its
   // pack), then the records' sizes come back.
@@ -421,18 +411,66 @@ class CudaDevice : public Device {
  private:
   cudaStream_t stream(Lane lane) const { return streams_[lane == Lane::kMain ? 0 : 1]; }
 
+  // Transposing jobs get the tiled kernel, one launch each; the rest go in batched launches,
+  // one per vector width for copies of rows (is_rows) and one for the others (jobs of one copy
+  // are independent: any order). Not cudaMemcpyAsync for the large one-run jobs: the batched
+  // kernel reads an IPC mapping at 92% of cudaMemcpy's rate (bench/gpu/copy_sweep.cu), and one
+  // launch beat hundreds of memcpy calls where several ranks share the GPU
+  // (results/gpu/one-pass). With `sums` (copy_hashed), a job with a hash_tensor hashes each
+  // unit as it copies it; a transposing one is hashed where it landed right after its copy.
+  void copy_jobs(const std::vector<CopyJob>& jobs, Lane lane, unsigned long long* sums) {
+    std::vector<DevJob> dj, after;
+    std::vector<kernels::TransposeJob> tj;
+    for (size_t i = 0; i < jobs.size(); ++i) {  // every job checked before anything is queued
+      const CopyJob& j = jobs[i];
+      if (j.desc.numel == 0) continue;
+      const bool hashed = sums && j.hash_tensor >= 0 && j.hash_index;
+      if (copy_transposes(j.desc) && (j.elem_bytes == 1 || j.elem_bytes == 2 || j.elem_bytes == 4 || j.elem_bytes == 8)) {
+        tj.push_back(make_transpose_job(j));
+        if (hashed) {  // read at the destination, indexed by the piece's source positions
+          CopyDesc at = j.desc;
+          at.src_offset = j.hash_index->src_offset;
+          for (size_t k = 0; k < at.dims.size() && k < j.hash_index->dims.size(); ++k) at.dims[k].src_stride = j.hash_index->dims[k].src_stride;
+          after.push_back(make_dev_job(at, nullptr, j.dst, j.elem_bytes, kernels::kHash, 0, j.hash_index, 0, j.hash_tensor, int32_t(i)));
+        }
+      } else {
+        dj.push_back(make_dev_job(j.desc, j.src, j.dst, j.elem_bytes, kernels::kCopy, 0, hashed ? j.hash_index : nullptr, 0,
+                                  j.hash_tensor, int32_t(i)));
+      }
+    }
+    for (const kernels::TransposeJob& t : tj) launch_transpose(t, stream(lane));
+    launch(std::move(dj), lane, sums);
+    launch(std::move(after), lane, sums);
+  }
+
+  // A HashJob as a kHash job: the bits read at its data side's positions (the source's for a
+  // trainer's slab, the destination's for a receiver's parameter), each at its index (the
+  // source position + index_shift).
+  static DevJob hash_job(const HashJob& h, int32_t slot) {
+    CopyDesc at = h.desc;
+    if (h.at_src) {
+      at.dst_offset = at.src_offset;
+      for (CopyDim& k : at.dims) k.dst_stride = k.src_stride;
+    }
+    return make_dev_job(at, nullptr, const_cast<uint8_t*>(h.data), h.elem_bytes, kernels::kHash, 0, &h.desc, h.index_shift,
+                        h.tensor, slot);
+  }
+
   // Tiles every job and launches one kernel per vector width present: the jobs and each
-  // one's first tile go up (the tiles themselves are found on the device).
-  void launch(std::vector<DevJob> jobs, Lane lane) {
+  // one's first tile go up (the tiles themselves are found on the device). `sums`: the
+  // launches with hashing jobs add their terms there.
+  void launch(std::vector<DevJob> jobs, Lane lane, unsigned long long* sums = nullptr) {
     if (jobs.empty()) return;
+    if (!sums && std::any_of(jobs.begin(), jobs.end(), [](const DevJob& j) { return j.mode == kernels::kHash; }))
+      throw Error("device kernels: hashing jobs launched without sums");
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = int32_t(i);
     cudaStream_t s = stream(lane);
     for (int v : {16, 8, 4, 2, 1})
-      for (bool rows : {false, true}) launch_kind(jobs, v, rows, s);
+      for (bool rows : {false, true}) launch_kind(jobs, v, rows, s, sums);
   }
 
   // The jobs of vector width v that are (rows) or are not copies of rows (is_rows): one launch.
-  void launch_kind(const std::vector<DevJob>& jobs, int v, bool rows, cudaStream_t s) {
+  void launch_kind(const std::vector<DevJob>& jobs, int v, bool rows, cudaStream_t s, unsigned long long* sums) {
     std::vector<DevJob> sel;
     std::vector<int64_t> first_tile;
     int64_t tiles = 0;
@@ -451,8 +489,15 @@ class CudaDevice : public Device {
     const int n = int(sel.size());
     unsigned grid = unsigned(tiles);
     auto* bad = reinterpret_cast<unsigned long long*>(counters_);
-    if (rows) launch_jobs<true>(v, grid, s, dj, dt, n, bad);
-    else launch_jobs<false>(v, grid, s, dj, dt, n, bad);
+    const bool hash = sums && std::any_of(sel.begin(), sel.end(), [](const DevJob& j) { return kernels::hashes(j); });
+    if (hash) {
+      if (rows) launch_jobs<true, true>(v, grid, s, dj, dt, n, bad, sums);
+      else launch_jobs<false, true>(v, grid, s, dj, dt, n, bad, sums);
+    } else if (rows) {
+      launch_jobs<true>(v, grid, s, dj, dt, n, bad);
+    } else {
+      launch_jobs<false>(v, grid, s, dj, dt, n, bad);
+    }
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaFreeAsync(d, s));
   }
@@ -477,15 +522,15 @@ class CudaDevice : public Device {
   // that nothing writes a source while it is read. strided_sweep runs both.
   static constexpr bool kNcLoads = false;
 
-  template <bool kRows>
+  template <bool kRows, bool kH = false>
   static void launch_jobs(int v, unsigned grid, cudaStream_t s, const DevJob* dj, const int64_t* dt, int n,
-                          unsigned long long* bad) {
+                          unsigned long long* bad, unsigned long long* sums = nullptr) {
     switch (v) {
-      case 16: kernels::jobs_kernel<16, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 8: kernels::jobs_kernel<8, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 4: kernels::jobs_kernel<4, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      case 2: kernels::jobs_kernel<2, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
-      default: kernels::jobs_kernel<1, kRows, kNcLoads><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1); break;
+      case 16: kernels::jobs_kernel<16, kRows, kNcLoads, kH><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1, sums); break;
+      case 8: kernels::jobs_kernel<8, kRows, kNcLoads, kH><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1, sums); break;
+      case 4: kernels::jobs_kernel<4, kRows, kNcLoads, kH><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1, sums); break;
+      case 2: kernels::jobs_kernel<2, kRows, kNcLoads, kH><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1, sums); break;
+      default: kernels::jobs_kernel<1, kRows, kNcLoads, kH><<<grid, 256, 0, s>>>(dj, dt, n, bad, bad + 1, sums); break;
     }
   }
 
@@ -595,6 +640,14 @@ class CudaDevice : public Device {
   size_t delta_host_bytes_ = 0;
   cudaStream_t streams_[2]{};
   void* counters_ = nullptr;
+  struct Hashed {  // a copy_hashed() whose sums() is owed
+    HashTicket ticket;
+    unsigned long long* sums;
+    size_t n;
+    Lane lane;
+  };
+  std::vector<Hashed> hashed_;
+  HashTicket tickets_ = 0;
   std::vector<cudaEvent_t> events_;
 };
 

@@ -21,7 +21,9 @@ namespace shardsync::kernels {
 inline constexpr int kMaxOuter = 7;
 inline constexpr int64_t kTileUnits = 8192;
 
-enum JobMode : int32_t { kCopy = 0, kSynth = 1, kZero = 2, kVerify = 3, kVerifyZero = 4 };  // kVerifyZero: the padding's zeros
+// kVerifyZero: the padding's zeros. kHash: --checksum of bytes where they lie (read at the dst
+// positions, nothing written); a kCopy job with hash_tensor >= 0 also hashes what it copies.
+enum JobMode : int32_t { kCopy = 0, kSynth = 1, kZero = 2, kVerify = 3, kVerifyZero = 4, kHash = 5 };
 
 struct DevJob {
   const uint8_t* src;  // kCopy only
@@ -38,6 +40,13 @@ struct DevJob {
   int32_t unit_bytes;  // elem_bytes, or a vector width (4, 8, 16) for contiguous runs
   int32_t mode;
   int32_t id;          // the caller's job index (verify reports it)
+  // --checksum (kHash, or kCopy with hash_tensor >= 0): each element's term (checksum_term) of
+  // tensor hash_tensor at the index its loop position has on this third side (the piece's HF
+  // element coordinates), added to sums[hash_slot].
+  int32_t hash_tensor;
+  int64_t hash_offset, hash_inner_stride;
+  int64_t hash_stride[kMaxOuter];
+  int32_t hash_slot;
   int32_t pad;
 };
 

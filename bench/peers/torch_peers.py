@@ -338,6 +338,7 @@ def inference(a, s, rank, ctl, up):
                     kept_views[0].append(d)
                     kept_views[1].append(sv)
         say("peer-ready")
+        told = False  # a broken peer's wrong parameters named once
         while True:
             msg = ctl.get(timeout=WAIT_S)
             if msg[0] == "end":
@@ -396,13 +397,19 @@ def inference(a, s, rank, ctl, up):
                 sync(dev)
                 copy_ms = sum(e0.elapsed_time(e1) for e0, e1 in ev)
                 say("done", copy_ms / 1e3)
-            t0, wrong = time.perf_counter(), 0  # verification: outside the timed region
+            t0, wrong, named = time.perf_counter(), 0, []  # verification: outside the timed region
             for m, srcs in s["groups"].items():
                 full = {kind: fill(torch.empty(tshape[idx], dtype=torch.bfloat16, device=dev), idx, version)
                         for kind, idx in srcs}
                 exp, got = expected(s, full, r, N), merged[m]
-                wrong += got.numel() if exp.shape != got.shape else int((got.view(torch.int16) != exp.view(torch.int16)).sum())
+                bad = got.numel() if exp.shape != got.shape else int((got.view(torch.int16) != exp.view(torch.int16)).sum())
+                if bad and len(named) < 5:
+                    named.append(f"{m} ({bad} of {got.numel()})")
+                wrong += bad
                 del full, exp
+            if named and not told:
+                print(f"peers: {peer} rank {rank} version {version}: wrong elements in " + ", ".join(named), flush=True)
+                told = True
             sync(dev)
             say("verified", wrong, time.perf_counter() - t0)
         del bucket, recv, kept_views

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <sys/mman.h>
@@ -183,6 +184,32 @@ class CpuDevice : public Device {
       if (slow > 1) spin_for(std::chrono::duration_cast<std::chrono::steady_clock::duration>((std::chrono::steady_clock::now() - t0) * (slow - 1)));
     });
   }
+  // The main lane is synchronous, so are these sums; a background copy's come with its task.
+  HashTicket copy_hashed(const std::vector<CopyJob>& jobs, Lane lane) override {
+    copy(jobs, lane);
+    std::vector<HashJob> hj;
+    std::vector<size_t> of;  // hj's jobs among `jobs`
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const CopyJob& j = jobs[i];
+      if (j.hash_tensor < 0 || !j.hash_index || j.desc.numel == 0) continue;  // sum 0
+      hj.push_back(HashJob{j.dst, *j.hash_index, j.elem_bytes, j.hash_tensor, 0, false});
+      of.push_back(i);
+    }
+    if (lane == Lane::kBackground) synchronize();
+    const std::vector<uint64_t> got = cpu_checksum(hj);
+    std::vector<uint64_t> out(jobs.size(), 0);
+    for (size_t k = 0; k < of.size(); ++k) out[of[k]] = got[k];
+    const HashTicket t = ++tickets_;
+    hashed_.emplace(t, std::move(out));
+    return t;
+  }
+  std::vector<uint64_t> sums(HashTicket t) override {
+    auto it = hashed_.find(t);
+    if (it == hashed_.end()) throw Error("cpu device: no hashed copy " + std::to_string(t) + " to read sums of");
+    std::vector<uint64_t> out = std::move(it->second);
+    hashed_.erase(it);
+    return out;
+  }
   void synth(const std::vector<SynthJob>& jobs, Lane lane) override {
     run(lane, [jobs] {
       for (const SynthJob& j : jobs) cpu_synth(j);
@@ -245,6 +272,8 @@ class CpuDevice : public Device {
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> together_{0};
   std::vector<uint8_t> delta_scratch_;
+  std::map<HashTicket, std::vector<uint64_t>> hashed_;
+  HashTicket tickets_ = 0;
 };
 
 }  // namespace

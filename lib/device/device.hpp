@@ -17,13 +17,20 @@
 
 namespace shardsync {
 
-// dst[desc.dst positions] = src[desc.src positions], elements of elem_bytes.
+// dst[desc.dst positions] = src[desc.src positions], elements of elem_bytes. --checksum inside
+// the copy (Device::copy_hashed): a job with hash_tensor >= 0 and a hash_index also sums
+// checksum_term(hash_tensor, index, bits) over the elements it copies, an element's index being
+// its position on hash_index's source side (the piece's HF element coordinates; hash_index's
+// loops have desc's sizes, and its destination side is desc's). Not owned: it must outlive the call.
 struct CopyJob {
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
   CopyDesc desc;
   int32_t elem_bytes = 2;
+  int32_t hash_tensor = -1;
+  const CopyDesc* hash_index = nullptr;
 };
+using HashTicket = int64_t;
 
 // dst[desc.dst positions] = synth_value(key, desc.src positions, elem_bytes) (or 0 when zero is set):
 // fills trainer shards, and checks consumers' live weights.
@@ -83,6 +90,12 @@ class Device {
   // writes what another writes): a GPU runs them at once (transposing ones in launches of
   // their own), the CPU in any order.
   virtual void copy(const std::vector<CopyJob>& jobs, Lane lane = Lane::kMain) = 0;
+  // --checksum: copy(), each hashed job's sum computed from the bits it moves, in the same
+  // pass (a GPU hashes in the copy kernel; the CPU hashes each destination right after its
+  // copy). sums() waits for that copy and returns each job's sum (0 for a job not hashed);
+  // every ticket is read once.
+  virtual HashTicket copy_hashed(const std::vector<CopyJob>& jobs, Lane lane = Lane::kMain) = 0;
+  virtual std::vector<uint64_t> sums(HashTicket ticket) = 0;
   virtual void synth(const std::vector<SynthJob>& jobs, Lane lane = Lane::kMain) = 0;
   virtual void memcpy(uint8_t* dst, const uint8_t* src, int64_t bytes, Lane lane = Lane::kMain) = 0;
   virtual void quantize_fp8(const std::vector<QuantJob>& jobs, Lane lane = Lane::kMain) = 0;

@@ -141,13 +141,23 @@ SHARDSYNC_HD uint32_t synth_value(const SynthKey& k, int64_t elem, int64_t elem_
 }
 
 // --checksum: one element's term of a piece's checksum, from its HF tensor, its element index
-// in the full HF tensor and its bits (zero-extended). A piece's checksum is the
-// sum of its terms mod 2^64, so the trainer and the receiver get the same sum whatever order or
-// batches they visit the elements in; a changed element changes its term (a collision of two
-// terms is 1 in 2^64).
+// in the full HF tensor and its bits (zero-extended). A piece's checksum is the sum of its terms
+// mod 2^64, so the trainer and the receiver get the same sum whatever order or batches they
+// visit the elements in. A 32-bit term, cheap enough to compute inside a GPU copy at its memory
+// rate (a few integer operations an element): for a given tensor and index the term is a
+// bijection of the element's low 32 bits (an xor, then multiplications by odd constants and
+// xor-shifts), so one changed element of up to 4 bytes always changes the sum (the difference of
+// two 32-bit terms is never 0 mod 2^64); several changed elements, or one moved to another index
+// or tensor, go unseen with a chance of about 1 in 2^32.
 SHARDSYNC_HD uint64_t checksum_term(int32_t hf, int64_t elem, uint64_t bits) {
-  return mix64((uint64_t(uint32_t(hf)) << 40) ^ (uint64_t(elem) * 0x9e3779b97f4a7c15ULL) ^
-               (uint64_t(bits) * 0xc2b2ae3d27d4eb4fULL) ^ 0x636865636b73756dULL);
+  uint32_t x = uint32_t(uint64_t(elem)) * 0x9e3779b1u + uint32_t(uint64_t(elem) >> 32) * 0x85ebca77u +
+               uint32_t(hf) * 0xc2b2ae3du;
+  x ^= uint32_t(bits) ^ (uint32_t(bits >> 32) * 0x27d4eb2fu);
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
 }
 
 }  // namespace shardsync

@@ -88,7 +88,9 @@ class Consumer {
       return st_;
     }
     fill_padding();
-    OnePassReads direct(m_, sched_, transfer_);
+    const bool corrupt = sync_index_ == m_.opt.corrupt_at_sync && m_.world.inference_rank == 0;  // test hook
+    OnePassReads direct(m_, sched_, transfer_, corrupt && m_.opt.corrupt_in == SyncOptions::CorruptIn::kAny);
+    corrupted_ = direct.corrupted();
     double idle_since = -1;
     IdleBackoff backoff;
     while (chunks_left_ > 0 || !direct.done()) {
@@ -305,7 +307,6 @@ class Consumer {
     corrupt_for_test(ch, base);
     PhaseTimer t(st_.process_s);
     std::vector<CopyJob> jobs;
-    std::vector<HashJob> hashes;  // --checksum: each piece where its copy put it
     std::vector<int32_t> completed;
     for (const ChunkPiece& p : ch.pieces) {
       int32_t ep = cs_.plan->entries[size_t(p.entry)].engine_param;
@@ -321,16 +322,18 @@ class Consumer {
         uint8_t* dst = cs_.live.data() + cs_.param_offset[size_t(ep)];
         if (!in_place_)
           dst = m_.layerwise(g, buffers_, meter_).data() + (cs_.param_offset[size_t(ep)] - cs_.group_span.at(g).first);
-        jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb});
-        if (m_.opt.checksum) hashes.push_back(piece_hash_at_receiver(p, dst, eb));
+        // --checksum: hashed inside this copy, at its HF element indices (p.copy's source side);
+        // a job per piece then (FP8 on the wire is refused with checksums)
+        jobs.push_back(CopyJob{base + p.buf_offset, dst, unpack_copy(p.copy), eb, m_.opt.checksum ? p.hf : -1, &p.copy});
       }
       packed_landed_ += plan_bytes;
       if ((group_left_[g] -= plan_bytes) == 0 && !in_place_) completed.push_back(g);
     }
-    m_.device->copy(jobs);
-    if (m_.opt.checksum) {  // right after the copy, while the chunk's pieces are fresh (FP8 on the wire is refused)
-      PhaseTimer th(st_.hash_s);
-      m_.compare_sums(ch.pieces, m_.device->checksum(hashes), f.sums, f.trainer, st_);
+    if (m_.opt.checksum) {  // the sums are read once the copy is done (check_sums), not waited for here
+      sums_owed_.push_back(OwedSums{m_.device->copy_hashed(jobs), m_.device->fence(Lane::kMain), &ch.pieces, f.sums, f.trainer});
+      check_sums(false);
+    } else {
+      m_.device->copy(jobs);
     }
     landing_free_.push_back(Pending{m_.device->fence(Lane::kMain), f.offset, f.bytes, {}});
     for (int32_t g : completed) complete_group(g);
@@ -341,6 +344,17 @@ class Consumer {
     st_.bytes_in += f.bytes;
     --chunks_left_;
     after_landing();
+  }
+
+  // --checksum: the landed chunks' sums against their trainers', for every chunk whose hashed
+  // copy is done (all of them with `wait`).
+  void check_sums(bool wait) {
+    while (!sums_owed_.empty() && (wait || m_.device->done(sums_owed_.front().copied))) {
+      const OwedSums o = std::move(sums_owed_.front());
+      sums_owed_.pop_front();
+      PhaseTimer th(st_.hash_s);
+      m_.compare_sums(*o.pieces, m_.device->sums(o.ticket), o.sent, o.trainer, st_);
+    }
   }
 
   // --layerwise: a group whose pieces have all landed in its buffer is processed (identity for
@@ -369,6 +383,7 @@ class Consumer {
       PhaseTimer t(st_.quantize_s);
       m_.device->synchronize();
     }
+    check_sums(true);  // before synchronize() recycles the fences
     m_.device->synchronize();  // every fence has passed (and fences are recycled): release all
     for (auto& p : landing_free_) arena_.release(p.offset, p.bytes);
     for (auto& p : buffer_free_) cs_.layerwise_pool.give(std::move(p.buffer));
@@ -380,7 +395,7 @@ class Consumer {
     if (m_.opt.dedupe_node) m_.share_in_node(sched_, sync_index_, st_, &lost);
     if (sync_index_ == m_.opt.corrupt_at_sync && m_.world.inference_rank == 0 && !corrupted_ && direct.first_dst())
       flip_bit(direct.first_dst());  // test hook, every piece read in one pass: one flipped bit must fail verification
-    m_.check_direct_sums(sched_, version_, st_);
+    m_.check_direct_sums(sched_, direct, version_, st_);
     stretch_sync_for_test(e_, t0_);
     st_.total_s = now_s() - t0_;
     st_.transfer_s += transfer_.total();  // with the copies in the node
@@ -418,6 +433,14 @@ class Consumer {
   StagingMeter meter_;
   RangeAllocator arena_;
   std::map<int32_t, DeviceBuffer> buffers_;  // --layerwise: each group's buffer while it fills
+  struct OwedSums {  // --checksum: a landed chunk's hashed copy and the trainer's sums
+    HashTicket ticket;
+    Fence copied;
+    const std::vector<ChunkPiece>* pieces;
+    std::vector<uint8_t> sent;
+    int trainer;
+  };
+  std::deque<OwedSums> sums_owed_;
   std::map<int32_t, int64_t> group_left_;    // bytes each group still waits for
   std::map<Transport::GetId, InFlight> gets_;
   std::deque<Pending> landing_free_, buffer_free_;

@@ -199,12 +199,8 @@ void Engines::Impl::compare_sums(const std::vector<ChunkPiece>& pieces, const st
   }
 }
 
-void Engines::Impl::check_direct_sums(const ConsumerSchedule& s, uint64_t version, RankStats& st) {
+void Engines::Impl::check_direct_sums(const ConsumerSchedule& s, const OnePassReads& direct, uint64_t version, RankStats& st) {
   if (!opt.checksum || s.direct.empty()) return;
-  {
-    PhaseTimer t(st.hash_s);
-    device->synchronize();  // the mapped reads' copies
-  }
   IdleBackoff backoff;
   for (const auto& [t, pieces] : s.direct) {
     int64_t bytes = 0;
@@ -227,13 +223,19 @@ void Engines::Impl::check_direct_sums(const ConsumerSchedule& s, uint64_t versio
       backoff.pause();
     }
     PhaseTimer timer(st.hash_s);
-    std::vector<HashJob> jobs;
-    for (const ChunkPiece& p : pieces) {
-      const int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
-      jobs.push_back(piece_hash_at_receiver(p, consumer_side.live.data() + consumer_side.param_offset[size_t(ep)],
-                                            int32_t(dtype_bytes(model.param(p.hf).dtype))));
+    std::vector<uint64_t> landed;
+    if (const HashTicket* ticket = direct.hashed(t)) {
+      landed = device->sums(*ticket);  // hashed inside the mapped reads' copy (complete by now)
+    } else {  // read by gets: hashed where they landed
+      std::vector<HashJob> jobs;
+      for (const ChunkPiece& p : pieces) {
+        const int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
+        jobs.push_back(piece_hash_at_receiver(p, consumer_side.live.data() + consumer_side.param_offset[size_t(ep)],
+                                              int32_t(dtype_bytes(model.param(p.hf).dtype))));
+      }
+      landed = device->checksum(jobs);
     }
-    compare_sums(pieces, device->checksum(jobs), consumer_side.direct_hashes.at(t).payload, t, st);
+    compare_sums(pieces, landed, consumer_side.direct_hashes.at(t).payload, t, st);
   }
 }
 

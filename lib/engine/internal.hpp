@@ -207,8 +207,10 @@ struct RejoinState {
 // a dead consumer while its heartbeats come.
 class OnePassReads {
  public:
-  // Reads in flight count into `busy` (the consumer's transfer time).
-  OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy);
+  // Reads in flight count into `busy` (the consumer's transfer time). `corrupt` (test hook):
+  // mapped reads take their first piece from a private copy with one flipped bit, as if it
+  // were damaged on the way (gets: the consumer flips a landed bit instead).
+  OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy, bool corrupt = false);
   // Posts and completes reads; `landed` runs after each completion (test hooks). True when
   // anything happened.
   template <class F>
@@ -219,6 +221,13 @@ class OnePassReads {
   int64_t bytes() const { return bytes_; }
   // Where the first byte read lands in the live weights (the corruption test hook).
   uint8_t* first_dst() const { return first_dst_; }
+  // --checksum: the hashed copy of a trainer's pieces (mapped reads hash as they copy), or null
+  // where its pieces came by gets (hashed where they landed, after the reads).
+  bool corrupted() const { return corrupt_copy_.data() != nullptr; }
+  const HashTicket* hashed(int trainer) const {
+    auto it = hashed_.find(trainer);
+    return it == hashed_.end() ? nullptr : &it->second;
+  }
 
  private:
   struct Get {
@@ -228,12 +237,15 @@ class OnePassReads {
   bool post(RankStats& st);
   bool complete(RankStats& st, const std::function<void()>& landed);
   void finished(int trainer, RankStats& st);
+  const uint8_t* damaged_source(const uint8_t* src, const CopyDesc& d, int64_t eb);
   Engines::Impl& m_;
   BusyTime& busy_;
   std::deque<Get> queue_;
   std::map<int64_t, Get> in_flight_;          // by transport get id
   std::map<int, int64_t> left_;               // trainer -> bytes not yet read
   std::map<int, Fence> launched_;  // mapped: trainer -> its copy's fence
+  std::map<int, HashTicket> hashed_;  // mapped with --checksum: trainer -> its copy's sums
+  DeviceBuffer corrupt_copy_;         // the test hook's damaged source
   int64_t bytes_ = 0;
   uint8_t* first_dst_ = nullptr;
 };
@@ -278,7 +290,7 @@ struct Engines::Impl {
   // and the first named in st.
   void compare_sums(const std::vector<ChunkPiece>& pieces, const std::vector<uint64_t>& landed,
                     const std::vector<uint8_t>& sent, int trainer_rank, RankStats& st);
-  void check_direct_sums(const ConsumerSchedule& s, uint64_t version, RankStats& st);
+  void check_direct_sums(const ConsumerSchedule& s, const OnePassReads& direct, uint64_t version, RankStats& st);
   // FP8 on the wire: per HF tensor, the source trainer_rank quantizes under `policy`
   // (make_chunks' `fp8`); null when the wire carries bf16.
   const std::vector<Fp8Source>* fp8_sources(SourcePolicy policy, int trainer_rank);

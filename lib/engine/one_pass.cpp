@@ -9,7 +9,7 @@ namespace {
 constexpr size_t kMaxGetsInFlight = 16;
 }  // namespace
 
-OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy) : m_(m), busy_(busy) {
+OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime& busy, bool corrupt) : m_(m), busy_(busy) {
   const ConsumerSide& cs = m.consumer_side;
   for (const auto& [t, pieces] : s.direct) {
     const WeightsLayout& w = m.weights_of(t);
@@ -29,7 +29,10 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime
       if (m.one_pass == OnePass::kMapped) {
         const uint8_t* base = m.transport->mapped(t);
         if (!base) throw Error("one-pass read: the transport has no mapping of trainer rank " + std::to_string(t));
-        jobs.push_back(CopyJob{base + m.weights_base() + shard, dst, d, int32_t(eb)});
+        const uint8_t* src = base + m.weights_base() + shard;
+        if (corrupt && !corrupt_copy_.data()) src = damaged_source(src, d, eb);
+        // --checksum: each piece hashed as it is copied, at its HF element indices (p.copy's source side)
+        jobs.push_back(CopyJob{src, dst, d, int32_t(eb), m.opt.checksum ? p.hf : -1, &p.copy});
         continue;
       }
       // One run on both sides (reads_directly): gets of at most a chunk.
@@ -43,10 +46,33 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime
     bytes_ += bytes;
     if (!jobs.empty()) {
       busy_.begin(now_s());
-      m.device->copy(jobs);
+      if (m.opt.checksum) hashed_[t] = m.device->copy_hashed(jobs);  // a job per piece, in the pieces' order
+      else m.device->copy(jobs);
       launched_[t] = m.device->fence(Lane::kMain);
     }
   }
+}
+
+// The test hook's source: the piece's source elements copied aside, the first one's lowest bit
+// flipped; returned as the base the piece's offsets apply to.
+const uint8_t* OnePassReads::damaged_source(const uint8_t* src, const CopyDesc& d, int64_t eb) {
+  int64_t lo = d.src_offset, hi = d.src_offset;
+  for (const CopyDim& k : d.dims) {
+    if (k.size <= 0) continue;
+    const int64_t span = (k.size - 1) * k.src_stride;
+    if (span < 0) lo += span;
+    else hi += span;
+  }
+  const int64_t bytes = (hi - lo + 1) * eb;
+  corrupt_copy_ = DeviceBuffer(m_.device.get(), bytes);
+  m_.device->memcpy(corrupt_copy_.data(), src + lo * eb, bytes);
+  m_.device->synchronize();
+  uint8_t* at = corrupt_copy_.data() + (d.src_offset - lo) * eb;
+  uint8_t b = 0;
+  m_.device->to_host(&b, at, 1);
+  b ^= 0x01;
+  m_.device->from_host(at, &b, 1);
+  return corrupt_copy_.data() - lo * eb;
 }
 
 bool OnePassReads::post(RankStats& st) {

@@ -6,7 +6,7 @@
 #                                  AdamW, in the library's CUDA slots), every parameter checked
 #   scripts/gpu/library.sh time [TP]
 #                                  colocated Qwen3-8B tp1 -> tpTP (default 1; one call per TP) on
-#                                  one GPU: the CLI's v3 and v4, the Python API on torch.empty
+#                                  one GPU: the CLI's v3 and v4 (and v4 --checksum), the Python API on torch.empty
 #                                  tensors (staged), in the library's slots (zero copy) and in the
 #                                  slots with checksums, interleaved twice, and (TP 1) the PyTorch
 #                                  peers; every sync verified
@@ -50,6 +50,9 @@ case "$what" in
         step "cli_tp$tp.r$round" 240 mpirun --oversubscribe -np $np $SS bench -m qwen3-8b -t tp1 -i tp$tp --memory cuda \
           -e v3,v4 --syncs 20 --warmup 2 -q --json "$OUT/cli-tp$tp-r$round.json"
         grep -E "^  v[34] " "$LOGS/cli_tp$tp.r$round.log" | tee -a "$SUM"
+        step "cli_checksum_tp$tp.r$round" 240 mpirun --oversubscribe -np $np $SS bench -m qwen3-8b -t tp1 -i tp$tp --memory cuda \
+          -e v4 --checksum --syncs 20 --warmup 2 -q --json "$OUT/cli-checksum-tp$tp-r$round.json"
+        grep -E "^  v4 " "$LOGS/cli_checksum_tp$tp.r$round.log" | sed 's/$/   (--checksum)/' | tee -a "$SUM"
         for mode in staged in-slots in-slots-checksum; do
           flag=""; [[ $mode == in-slots ]] && flag=--in-slots
           [[ $mode == in-slots-checksum ]] && flag="--in-slots --checksum"

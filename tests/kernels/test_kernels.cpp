@@ -334,16 +334,131 @@ TEST(Kernels, ChecksumMatchesCpuTwin) {
     for (int32_t eb : {1, 2, 4, 8}) {
       std::vector<int64_t> shape;
       CopyDesc d = random_desc(rng, &shape);
+      const bool at_src = (t + eb) % 2 == 0;  // a trainer's strided read, or a receiver's landed piece
       int64_t lo = 0, hi = 0;
-      dest_range(d, &lo, &hi);
+      if (at_src) source_range(d, &lo, &hi);
+      else dest_range(d, &lo, &hi);
       host.emplace_back(size_t(hi * eb));
       for (auto& b : host.back()) b = uint8_t(rng());
       dev.emplace_back(gpu.get(), hi * eb);
       gpu->from_host(dev.back().data(), host.back().data(), hi * eb);
-      cj.push_back(HashJob{host.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, false});
-      gj.push_back(HashJob{dev.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, false});
+      cj.push_back(HashJob{host.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, at_src});
+      gj.push_back(HashJob{dev.back().data(), d, eb, int32_t(t), int64_t(eb) * 3, at_src});
     }
     EXPECT_EQ(gpu->checksum(gj), cpu_checksum(cj)) << "round " << t;
+  }
+}
+
+// --checksum inside a copy: random pieces of every element size, packed (read strided, the
+// piece's index on the source side) and unpacked (read packed, written strided, the index
+// still the piece's source positions), some transposing, some not hashed, in one batch. Each
+// hashed job's sum is that of the bits it moved at its indices (the CPU twin, read where they
+// landed) and, for the packed ones, the source's own sum (what a trainer sends); the GPU's
+// copy and sums match the CPU's.
+struct HashedCase {
+  std::vector<std::vector<uint8_t>> src, dst;
+  std::vector<CopyDesc> descs, index;
+  std::vector<CopyJob> jobs;
+  std::vector<uint64_t> at_source;  // the packed jobs: the source's sum; else 0
+};
+
+HashedCase hashed_case(std::mt19937_64& rng, int round) {
+  HashedCase c;
+  const int n = 24;
+  c.src.reserve(n + 1);
+  c.dst.reserve(n + 1);
+  c.descs.reserve(n + 1);
+  c.index.reserve(n + 1);
+  for (int k = 0; k < n; ++k) {
+    const int32_t eb = int32_t(1) << (k % 4);
+    std::vector<int64_t> shape;
+    CopyDesc d = random_desc(rng, &shape);
+    int64_t numel = 1;
+    for (int64_t x : shape) numel *= x;
+    int64_t lo = 0, hi = 0;
+    dest_range(d, &lo, &hi);
+    const bool unpack = k % 3 == 1, hashed = k % 5 != 4;
+    CopyDesc u = d, ix = d;
+    if (unpack) {  // the reverse copy: packed in, strided out; the index stays on d's source side
+      u.src_offset = d.dst_offset;
+      u.dst_offset = d.src_offset;
+      for (CopyDim& x : u.dims) std::swap(x.src_stride, x.dst_stride);
+      ix.dst_offset = d.src_offset;
+      for (size_t i = 0; i < ix.dims.size(); ++i) ix.dims[i].dst_stride = d.dims[i].src_stride;
+    }
+    c.descs.push_back(u);
+    c.index.push_back(ix);
+    const int64_t src_elems = unpack ? hi : numel + 64, dst_elems = unpack ? numel + 64 : hi;
+    c.src.emplace_back(size_t(src_elems * eb));
+    for (auto& b : c.src.back()) b = uint8_t(rng());
+    c.dst.emplace_back(size_t(dst_elems * eb), 0);
+    c.at_source.push_back(!unpack && hashed ? cpu_checksum({HashJob{c.src.back().data(), d, eb, round * 100 + k, 0, true}})[0] : 0);
+  }
+  for (int k = 0; k < n; ++k)
+    c.jobs.push_back(CopyJob{c.src[size_t(k)].data(), c.dst[size_t(k)].data(), c.descs[size_t(k)], int32_t(1) << (k % 4),
+                             k % 5 != 4 ? round * 100 + k : -1, &c.index[size_t(k)]});
+  // A whole tensor of many tiles (the one-run path), its index 2^32 - 1000 on: across 2^32.
+  const int64_t big = (int64_t(1) << 20) + 5 + round;
+  c.descs.push_back(make_pack_desc(SubView::contiguous({big}), 3));
+  c.index.push_back(c.descs.back());
+  c.index.back().src_offset = (int64_t(1) << 32) - 1000;
+  c.src.emplace_back(size_t(big * 2));
+  for (auto& b : c.src.back()) b = uint8_t(rng());
+  c.dst.emplace_back(size_t((big + 3) * 2), 0);
+  c.at_source.push_back(cpu_checksum({HashJob{c.src.back().data(), c.descs.back(), 2, 7, (int64_t(1) << 32) - 1000, true}})[0]);
+  c.jobs.push_back(CopyJob{c.src.back().data(), c.dst.back().data(), c.descs.back(), 2, 7, &c.index.back()});
+  return c;
+}
+
+TEST(Kernels, CpuTwinHashedCopyHashesWhatItMoved) {
+  auto cpu = make_cpu_device();
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 6; ++round) {
+    HashedCase c = hashed_case(rng, round);
+    const std::vector<uint64_t> got = cpu->sums(cpu->copy_hashed(c.jobs));
+    ASSERT_EQ(got.size(), c.jobs.size());
+    for (size_t k = 0; k < c.jobs.size(); ++k) {
+      const CopyJob& j = c.jobs[k];
+      if (j.hash_tensor < 0) {
+        EXPECT_EQ(got[k], 0u) << "job " << k << " is not hashed";
+        continue;
+      }
+      EXPECT_EQ(got[k], cpu_checksum({HashJob{j.dst, c.index[k], j.elem_bytes, j.hash_tensor, 0, false}})[0]) << "job " << k;
+      if (c.at_source[k]) {
+        EXPECT_EQ(got[k], c.at_source[k]) << "job " << k << ": the source's sum";
+      }
+    }
+  }
+}
+
+TEST(Kernels, HashedCopyMatchesCpuTwin) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_device(0);
+  auto cpu = make_cpu_device();
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 6; ++round) {
+    HashedCase c = hashed_case(rng, round);
+    std::vector<DeviceBuffer> src, dst;
+    std::vector<CopyJob> gj = c.jobs;
+    for (size_t k = 0; k < c.jobs.size(); ++k) {
+      src.emplace_back(gpu.get(), int64_t(c.src[k].size()));
+      dst.emplace_back(gpu.get(), int64_t(c.dst[k].size()));
+      gpu->from_host(src.back().data(), c.src[k].data(), int64_t(c.src[k].size()));
+      gpu->from_host(dst.back().data(), c.dst[k].data(), int64_t(c.dst[k].size()));
+      gj[k].src = src.back().data();
+      gj[k].dst = dst.back().data();
+    }
+    const std::vector<uint64_t> want = cpu->sums(cpu->copy_hashed(c.jobs));
+    const std::vector<uint64_t> got = gpu->sums(gpu->copy_hashed(gj));
+    EXPECT_EQ(got, want) << "round " << round;
+    for (size_t k = 0; k < c.jobs.size(); ++k) {
+      std::vector<uint8_t> back(c.dst[k].size());
+      gpu->to_host(back.data(), dst[k].data(), int64_t(back.size()));
+      EXPECT_EQ(back, c.dst[k]) << "round " << round << " job " << k << ": the copy itself";
+      if (c.at_source[k]) {
+        EXPECT_EQ(got[k], c.at_source[k]) << "round " << round << " job " << k << ": the source's sum";
+      }
+    }
   }
 }
 
