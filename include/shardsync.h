@@ -53,7 +53,8 @@ int shardsync_open(int64_t mpi_comm_f, const char* options_json, shardsync_sessi
 int shardsync_role(const shardsync_session* s, int* trainer, int* rank, int* replica, int* local_rank);
 /* The tensors this rank binds: a trainer's HF shards, an inference rank's engine parameters.
  * Pointers stay valid until shardsync_close. slot: the tensor's place in the registered
- * region (bind it there to move it in place, zero copy). */
+ * region (bound there it moves in place, zero copy, whatever the transport; a tensor bound
+ * elsewhere moves in place where the transport maps the caller's memory: docs/library.md). */
 int shardsync_num_tensors(const shardsync_session* s, int* count);
 int shardsync_tensor(const shardsync_session* s, int index, const char** name, const char** dtype, int* ndim,
                      const int64_t** shape, void** slot, int64_t* bytes);

@@ -3,6 +3,7 @@
 // (lib/device/cpu_device.cpp); tests/kernels compare the two on random jobs.
 //
 //   build/tests/test_kernels --gtest_filter='Kernels.*'   # skips without a GPU
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -391,6 +392,45 @@ class CudaDevice : public Device {
     std::vector<uint8_t> out(sizeof h);
     std::memcpy(out.data(), &h, sizeof h);
     return out;
+  }
+  // The allocation holding `p` (PyTorch's caching allocator hands out blocks inside larger
+  // cudaMalloc segments): its base from the driver's cuMemGetAddressRange (reached through the
+  // runtime, so nothing links libcuda), its IPC handle, and p's offset in it.
+  bool ipc_export(const uint8_t* p, std::vector<uint8_t>* handle, int64_t* offset, std::string* why) override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice) {
+      cudaGetLastError();
+      *why = "not device memory (cudaPointerGetAttributes)";
+      return false;
+    }
+    using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+    static const AddressRange range = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return AddressRange(nullptr);
+      }
+      return reinterpret_cast<AddressRange>(fn);
+    }();
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!range || range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+      *why = "the driver gave no allocation range for it (cuMemGetAddressRange)";
+      return false;
+    }
+    cudaIpcMemHandle_t h;
+    const cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      *why = std::string("cudaIpcGetMemHandle: ") + cudaGetErrorString(e) +
+             " (cuMem virtual memory, such as PyTorch's expandable_segments, has no IPC handle)";
+      return false;
+    }
+    handle->assign(reinterpret_cast<const uint8_t*>(&h), reinterpret_cast<const uint8_t*>(&h) + sizeof h);
+    *offset = int64_t(reinterpret_cast<uintptr_t>(p) - uintptr_t(base));
+    return true;
   }
   uint8_t* ipc_open(const std::vector<uint8_t>& handle) override {
     cudaIpcMemHandle_t h;

@@ -138,6 +138,16 @@ class Device {
     return nullptr;
   }
   virtual void ipc_close(uint8_t* mapped) { (void)mapped; }
+  // The caller's memory at `p` shared the same way: the handle of the allocation that holds
+  // it and p's offset in it. False, with the reason in `why`, where it cannot be (host memory;
+  // an allocation CUDA IPC does not export, such as cuMem virtual memory).
+  virtual bool ipc_export(const uint8_t* p, std::vector<uint8_t>* handle, int64_t* offset, std::string* why) {
+    (void)p;
+    (void)handle;
+    (void)offset;
+    *why = "host memory, which only CUDA IPC would map in another process";
+    return false;
+  }
   // Host memory for staging copies (pinned on GPUs, so copies run at full speed).
   virtual uint8_t* host_alloc(int64_t bytes) = 0;
   virtual void host_release(uint8_t* p) = 0;

@@ -93,6 +93,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   RankStats st;
   st.rank = world.rank;
   consumer_side.fp8_arrived = false;  // bf16 on the wire: the process step quantizes
+  consumer_side.caller_in_place = false;  // buckets land in the live weights' groups: copied out after
   CtrlMsg start;
   waiting("waiting for a sync's START", 0);
   if (!take_start(EngineKind::kBroadcast, sync_index, version, nullptr, &start)) {

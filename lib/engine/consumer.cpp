@@ -76,6 +76,12 @@ class Consumer {
         spec_(engine_spec(e)), in_place_(!m.opt.layerwise), arena_(cs_.landing.size()), chunks_left_(sched_.num_chunks) {
     st_.rank = m.world.rank;
     cs_.fp8_arrived = m.opt.wire_fp8 && !cs_.quant.empty();
+    // The caller's parameters written in place (weights.hpp's ParamSink) unless something needs
+    // them in the registered region: gets that land there, the node's sharers reading it,
+    // layerwise buffers copied over whole groups, an FP8 target's process step.
+    bool gets = false;
+    for (const auto& [t, pieces] : sched_.direct) gets = gets || (m.one_pass == OnePass::kContiguous && !pieces.empty());
+    cs_.caller_in_place = m.opt.weights == WeightsFrom::kCaller && in_place_ && !m.opt.dedupe_node && cs_.quant.empty() && !gets;
     group_left_ = cs_.group_copy_bytes;
     for (const auto& [g, bytes] : sched_.shared_group_bytes) group_left_[g] -= bytes;  // copied in the node after
     meter_.add(cs_.landing.size());
@@ -162,7 +168,7 @@ class Consumer {
     std::vector<SynthJob> fills;
     for (const PlanEntry& en : cs_.plan->entries)
       if (en.is_fill())
-        fills.push_back(SynthJob{cs_.live.data() + cs_.param_offset[size_t(en.engine_param)], 0, en.copy,
+        fills.push_back(SynthJob{cs_.param(en.engine_param), 0, en.copy,
                                  int32_t(dtype_bytes(cs_.plan->params[size_t(en.engine_param)].dtype)), true});
     m_.device->synth(fills);
   }
@@ -319,7 +325,7 @@ class Consumer {
         jobs.push_back(CopyJob{base + p.buf_offset, fp8 + cs_.codes_offset[size_t(qi)], unpack_copy(p.copy), 1});
         jobs.push_back(CopyJob{base + p.buf_offset + fp8_scales_at(p), fp8 + cs_.scale_offset[size_t(qi)], p.scales, 4});
       } else {
-        uint8_t* dst = cs_.live.data() + cs_.param_offset[size_t(ep)];
+        uint8_t* dst = cs_.param(ep);
         if (!in_place_)
           dst = m_.layerwise(g, buffers_, meter_).data() + (cs_.param_offset[size_t(ep)] - cs_.group_span.at(g).first);
         // --checksum: hashed inside this copy, at its HF element indices (p.copy's source side);

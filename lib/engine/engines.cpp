@@ -149,7 +149,8 @@ const std::vector<int64_t>& Engines::Impl::param_offsets(int local_rank) {
 
 GatherContext Engines::Impl::gather_context() {
   return GatherContext{&model, &trainer, trainer_side.shards.get(), &world, device.get(), trainer_side.trainers_comm.get(), trainer_side.tp_comm.get(),
-                       trainer_side.etp_comm.get(), weights_base(), [this](int r) -> const WeightsLayout& { return weights_of(r); }};
+                       trainer_side.etp_comm.get(), weights_base(), [this](int r) -> const WeightsLayout& { return weights_of(r); },
+                       trainer_side.source.get(), [this](int r, int32_t hf) { return caller_shard(r, hf); }};
 }
 
 const WeightsLayout& Engines::Impl::weights_of(int trainer_rank) {
@@ -230,7 +231,7 @@ void Engines::Impl::check_direct_sums(const ConsumerSchedule& s, const OnePassRe
       std::vector<HashJob> jobs;
       for (const ChunkPiece& p : pieces) {
         const int32_t ep = consumer_side.plan->entries[size_t(p.entry)].engine_param;
-        jobs.push_back(piece_hash_at_receiver(p, consumer_side.live.data() + consumer_side.param_offset[size_t(ep)],
+        jobs.push_back(piece_hash_at_receiver(p, consumer_side.param(ep),
                                               int32_t(dtype_bytes(model.param(p.hf).dtype))));
       }
       landed = device->checksum(jobs);
@@ -404,6 +405,60 @@ Engines::~Engines() = default;
 Engines::Impl::~Impl() {
   stop_watchdog = true;
   if (watchdog.joinable()) watchdog.join();
+  for (const auto& [key, mapped] : opened) {
+    try {
+      device->ipc_close(mapped);
+    } catch (const std::exception&) {  // a context already torn down: nothing left to close
+    }
+  }
+}
+
+bool Engines::Impl::shares_tables() const {
+  return opt.weights == WeightsFrom::kCaller && world.comm != MPI_COMM_NULL && one_pass != OnePass::kContiguous &&
+         !transport->supports_rejoin();
+}
+
+void Engines::Impl::share_tables() {
+  tables_shared = true;
+  std::vector<uint8_t> mine;
+  if (world.trainer) {
+    std::vector<std::pair<int32_t, std::string>> notes;
+    mine = trainer_side.caller->share(model.params().size(), &notes).encode();
+    if (!notes.empty() && device->kind() == MemKind::kCuda)  // once: a GPU tensor that costs a copy before every sync
+      std::fprintf(stderr, "shardsync: trainer rank %d: %zu bound tensors are copied into their slots before each sync, "
+                   "as the node's other processes cannot map them; first: %s: %s\n", world.rank, notes.size(),
+                   model.param(notes.front().first).name.c_str(), notes.front().second.c_str());
+  }
+  waiting("exchanging the trainers' tensor tables at the first sync");
+  int n = int(mine.size());
+  std::vector<int> counts(size_t(world.size)), displs(size_t(world.size));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, world.comm, &req));
+  wait(&req);
+  int total = 0;
+  for (int r = 0; r < world.size; ++r) {
+    displs[size_t(r)] = total;
+    total += counts[size_t(r)];
+  }
+  std::vector<uint8_t> all(size_t(std::max(total, 1)));
+  MPI_CHECK(MPI_Iallgatherv(mine.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, world.comm, &req));
+  wait(&req);
+  for (int t = 0; t < world.num_trainers; ++t) {
+    const auto at = all.begin() + displs[size_t(t)];
+    tables[t] = TensorTable::decode(std::vector<uint8_t>(at, at + counts[size_t(t)]), model.params().size());
+  }
+}
+
+const uint8_t* Engines::Impl::caller_shard(int trainer_rank, int32_t hf) {
+  auto it = tables.find(trainer_rank);
+  if (it == tables.end()) return nullptr;
+  const TensorTable& t = it->second;
+  const int32_t seg = t.segment.at(size_t(hf));
+  if (seg < 0) return nullptr;
+  if (trainer_rank == world.rank) return trainer_side.source->data(hf);  // this rank's own memory
+  auto [o, fresh] = opened.try_emplace({trainer_rank, seg}, nullptr);
+  if (fresh) o->second = device->ipc_open(t.segments.at(size_t(seg)));
+  return o->second + t.offset[size_t(hf)];
 }
 
 double Engines::bootstrap() {
@@ -447,6 +502,7 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   Impl& m = *impl_;
   m.check_broken();
   if (!m.armed) m.arm();
+  if (!m.tables_shared && m.shares_tables()) m.share_tables();  // every rank, at the first sync
   if (m.world.trainer) {
     // Peers may still read these weights for the previous sync (gathers by IPC reads): all
     // trainers are past it before any refills.
@@ -527,7 +583,7 @@ RankStats Engines::sync(EngineKind engine, int sync_index, uint64_t version) {
   RankStats st = engine_spec(engine).delivery == Delivery::kBroadcast ? m.run_broadcast_consumer(sync_index, version)
                                                                        : m.run_consumer(engine, sync_index, version);
   st.replica = m.world.replica;
-  if (m.opt.weights == WeightsFrom::kCaller && st.reported && !st.stood_down && !st.skipped)
+  if (m.opt.weights == WeightsFrom::kCaller && st.reported && !st.stood_down && !st.skipped && !m.consumer_side.caller_in_place)
     st.staged_bytes = copy_out(m.consumer_side.param_slots, m.consumer_side.params_bound, *m.device);
   return st;
 }

@@ -59,7 +59,7 @@ UnitGather::UnitGather(const GatherContext& ctx, const Unit& unit, SourcePolicy 
       const TrainerShards::Shard* s = ctx_.shards->find(x.hf);
       if (!s || !(s->box == x.box))
         throw Error("gather: rank " + std::to_string(rank_) + " does not hold its piece of " + ctx_.model->param(x.hf).name);
-      dev.memcpy(g.send.data() + off, s->data, x.bytes);
+      dev.memcpy(g.send.data() + off, ctx_.source->data(x.hf), x.bytes);
       off += x.bytes;
     }
     if (g.receives) g.recv = DeviceBuffer(&dev, total);
@@ -91,8 +91,9 @@ void UnitGather::read_members(CommGather& g) {
       if (w.offset.at(size_t(x.hf)) < 0 || !(w.box[size_t(x.hf)] == x.box))
         throw Error("gather: rank " + std::to_string(g.members[m]) + " does not hold the piece of " +
                     ctx_.model->param(x.hf).name + " its weights layout should");
+      const uint8_t* at = ctx_.caller_shard ? ctx_.caller_shard(g.members[m], x.hf) : nullptr;
       jobs.push_back(place_box(ctx_.model->param(x.hf), it->second->lo, it->second->hi, x.box,
-                               base + w.offset[size_t(x.hf)], it->second->data.data()));
+                               at ? at : base + w.offset[size_t(x.hf)], it->second->data.data()));
     }
   }
   ctx_.device->copy(jobs);
@@ -194,7 +195,7 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
   const ParamMeta& p = ctx_.model->param(hf);
   const int64_t eb = dtype_bytes(p.dtype);
   if (policy == SourcePolicy::kDirect) {  // no gather: pulls read this rank's own shard
-    if (const TrainerShards::Shard* s = ctx_.shards->find(hf)) slabs_[hf] = SlabRef{s->data, 0, s->box.numel()};
+    if (const TrainerShards::Shard* s = ctx_.shards->find(hf)) slabs_[hf] = SlabRef{ctx_.source->data(hf), 0, s->box.numel()};
     return;
   }
   const SlabPlan sp = plan_slab(*ctx_.model, *ctx_.trainer, hf, policy, rank_);
@@ -209,7 +210,7 @@ void UnitGather::plan_tensor(int32_t hf, SourcePolicy policy) {
     if (needs_slab) {
       const TrainerShards::Shard* s = ctx_.shards->find(hf);
       if (!s || s->box.numel() != hi - lo) throw Error("gather: shard of " + p.name + " is not its slab");
-      slabs_[hf] = SlabRef{s->data, lo, hi};
+      slabs_[hf] = SlabRef{ctx_.source->data(hf), lo, hi};
     }
     return;
   }

@@ -17,6 +17,7 @@
 #include "engine/collectives.hpp"
 #include "engine/schedule.hpp"
 #include "engine/synthetic.hpp"
+#include "engine/weights.hpp"
 
 namespace shardsync {
 
@@ -39,6 +40,11 @@ struct GatherContext {
   // the members' weights through GroupComm::peer_region).
   int64_t weights_base = 0;
   std::function<const WeightsLayout&(int)> weights_of;
+  // Where this rank's shards lie (the weight source: its region, or the caller's memory), and
+  // where a member keeps a shard in its own memory (mapped through its tensor table; null: at
+  // its region offset).
+  const WeightSource* source = nullptr;
+  std::function<const uint8_t*(int, int32_t)> caller_shard;
 };
 
 // Whether `rank`'s slab of `hf` under `policy` is its own shard, untouched by a collective

@@ -180,6 +180,13 @@ struct ConsumerSide {
   std::set<std::pair<int, int>> share_ready, share_done;
   std::map<int, CtrlMsg> direct_hashes;  // --checksum: HASHES by trainer (z: its version)
   bool stood_down = false, finish_seen = false, finish_degraded = false;
+  // This sync writes the caller's parameters in place (weights.hpp's ParamSink; the consumer
+  // decides at its start): param() is the caller's memory, and nothing is copied out.
+  bool caller_in_place = false;
+  uint8_t* param(int32_t ep) const {
+    uint8_t* caller = caller_in_place ? params_bound.at(size_t(ep)) : nullptr;
+    return caller ? caller : live.data() + param_offset[size_t(ep)];
+  }
 };
 
 // Which ranks are alive (world ranks; rank 0's view, given to every trainer each sync):
@@ -298,6 +305,18 @@ struct Engines::Impl {
   // The consumer's copy of an FP8 piece's scales into its parameter's weight_scale_inv.
   CopyDesc fp8_scales_copy(const ChunkPiece& piece) const;
   const WeightsLayout& weights_of(int trainer_rank);
+  // The caller's weights where the node's processes map each other's memory (not with a
+  // transport whose one-pass reads are gets at region offsets, nor one that takes replacement
+  // processes, which would miss the exchange): every trainer's TensorTable, exchanged at the
+  // first sync (share_tables, collective), and the caller segments this rank mapped.
+  bool shares_tables() const;
+  void share_tables();
+  bool tables_shared = false;
+  std::map<int, TensorTable> tables;
+  std::map<std::pair<int, int32_t>, uint8_t*> opened;  // (trainer rank, segment) -> mapping
+  // Where trainer rank t's shard of hf lies in this process when t keeps it in its own memory
+  // (shared through its table); null when it lies in t's region (at weights_of(t)'s offset).
+  const uint8_t* caller_shard(int trainer_rank, int32_t hf);
 
   TrainerSide trainer_side;
   ConsumerSide consumer_side;

@@ -23,13 +23,14 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime
         throw Error("one-pass read: trainer rank " + std::to_string(t) + " holds no shard of " + m.model.param(p.hf).name);
       CopyDesc d = p.copy;  // source: elements of the trainer's shard
       d.src_offset -= p.slab_lo;
-      uint8_t* dst = cs.live.data() + cs.param_offset[size_t(ep)];
+      uint8_t* dst = cs.param(ep);
       if (!first_dst_) first_dst_ = dst + d.dst_offset * eb;
       bytes += p.bytes;
       if (m.one_pass == OnePass::kMapped) {
         const uint8_t* base = m.transport->mapped(t);
         if (!base) throw Error("one-pass read: the transport has no mapping of trainer rank " + std::to_string(t));
-        const uint8_t* src = base + m.weights_base() + shard;
+        const uint8_t* src = m.caller_shard(t, p.hf);  // the caller's own memory, shared through t's table
+        if (!src) src = base + m.weights_base() + shard;
         if (corrupt && !corrupt_copy_.data()) src = damaged_source(src, d, eb);
         // --checksum: each piece hashed as it is copied, at its HF element indices (p.copy's source side)
         jobs.push_back(CopyJob{src, dst, d, int32_t(eb), m.opt.checksum ? p.hf : -1, &p.copy});

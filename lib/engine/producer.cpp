@@ -119,13 +119,11 @@ class Producer {
   // weights, hashed where they lie, to every consumer of that local rank.
   void send_direct_sums() {
     PhaseTimer t(st_.hash_s);
-    const auto& own = m_.weights_of(m_.world.rank);
-    const uint8_t* weights = m_.trainer_side.registered.data() + m_.weights_base();
     for (int l = 0; l < num_locals_; ++l) {
       if (sched_.direct_bytes[size_t(l)] == 0) continue;
       std::vector<HashJob> jobs;
       for (const ChunkPiece& p : sched_.direct[size_t(l)])
-        jobs.push_back(piece_hash_at_trainer(p, weights + own.offset.at(size_t(p.hf)), p.slab_lo,
+        jobs.push_back(piece_hash_at_trainer(p, m_.trainer_side.source->data(p.hf), p.slab_lo,
                                              int32_t(dtype_bytes(m_.model.param(p.hf).dtype))));
       CtrlMsg h;
       h.type = kMsgHashes;

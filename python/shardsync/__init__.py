@@ -167,8 +167,9 @@ class Session:
 
     def slot(self, name):
         """A view of tensor `name`'s place in the registered region: keep the tensor there and it
-        moves in place (no copy). Host memory: a numpy array (bf16 appears as uint16); CUDA
-        memory: a torch tensor (bf16 as torch.bfloat16)."""
+        moves in place (no copy) with any transport; the caller's own CUDA tensors move in place
+        where the transport maps them (docs/library.md). Host memory: a numpy array (bf16 appears
+        as uint16); CUDA memory: a torch tensor (bf16 as torch.bfloat16)."""
         import numpy as np
         info = self._tensors.get(name)
         if info is None:

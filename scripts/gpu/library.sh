@@ -36,11 +36,15 @@ case "$what" in
     for spec in "3|--model tiny-qwen3 --trainer tp1 --inference tp2 --torch cuda" \
                 "6|--model tiny-qwen3-moe --trainer tp2,ep2 --inference tp2 --torch cuda --engine v2" \
                 "4|--model tiny-qwen3-moe --trainer tp1,ep2 --inference dp2,ep2 --torch cuda --adamw" \
-                "4|--model tiny-qwen3 --trainer tp2 --inference tp2 --torch cuda --in-slots --engine v4"; do
+                "4|--model tiny-qwen3 --trainer tp2 --inference tp2 --torch cuda --in-slots --engine v4" \
+                "3|--model tiny-qwen3 --trainer tp1 --inference tp2 --torch cuda --engine v4 --checksum" \
+                "6|--model tiny-qwen3-moe --trainer tp2,ep2 --inference tp2 --torch cuda --engine v3 --checksum"; do
       np=${spec%%|*}; args=${spec#*|}
       name=rl_step_$(tr -c 'a-z0-9' _ <<<"${args// /}" | cut -c1-60)
       step "$name" 120 mpirun --oversubscribe -np "$np" "$PY" examples/rl_step.py $args
       grep -h "rl_step:" "$LOGS/$name.log" | tee -a "$SUM"
+      grep -ho "staged [0-9]* B" "$LOGS/$name.log" | sort | uniq -c | sed 's/^/#   /' | tee -a "$SUM"
+      grep -h "^shardsync:" "$LOGS/$name.log" | head -3 | tee -a "$SUM"
     done
     ;;
   time)
