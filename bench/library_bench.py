@@ -155,12 +155,13 @@ def main():
     s.close()
     if comm.rank == 0:
         med = statistics.median(times)
-        mode = ("in-slots" if a.in_slots else "staged") + ("+checksum" if a.checksum else "")
+        mode = ("in-slots" if a.in_slots else "torch-empty") + ("+checksum" if a.checksum else "")
         timed = [r for r in rows if not r["warmup"]]
         share = statistics.median(r["receiver_hash_s"] / r["time_s"] for r in timed)
         sums = f", receivers' hashing median {100 * share:.1f}% of the sync" if a.checksum else ""
+        staged = max(r["staged_bytes"] for r in timed)
         print(f"library {mode} {a.engine} tp1 -> tp{a.inference_tp}: median {med:.6f} s, min {min(times):.6f}, max {max(times):.6f} "
-              f"over {len(times)} syncs{sums}, {wrong} wrong", flush=True)
+              f"over {len(times)} syncs{sums}, at most {staged} B staged a sync, {wrong} wrong", flush=True)
         if a.json:
             sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
             if not sha:  # a copy without .git (the GPU host): the stamp make stamp wrote

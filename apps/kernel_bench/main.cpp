@@ -10,6 +10,11 @@
 // Both: the pack's strided pieces alone (runs shorter than the tensor: row-parallel slices).
 // --align: where the HF tensors and the packed pieces start (default 256 bytes).
 //
+// direct: each piece copied straight from its HF tensor into its engine parameter (a one-pass
+// read); direct+hash: the same copy hashing what it moves (--checksum's receiver side, the
+// hash inside the copy); hash: those pieces hashed where they lie (--checksum's trainer side).
+// The sums of direct+hash are checked against hash's.
+//
 // --ipc (cuda): the HF tensors live in a child process and are read through a CUDA IPC
 // mapping, as a one-pass read does; rows for a contiguous copy of the same bytes over the
 // mapping (the batched kernel), the pack, and the pack's strided pieces alone (runs shorter
@@ -136,7 +141,7 @@ int run(const Options& o) {
   std::vector<DeviceBuffer> params;
   params.resize(plan.params.size());
   int64_t bytes = 0;
-  std::vector<CopyJob> pack, unpack;
+  std::vector<CopyJob> pack, unpack, direct;
   DeviceBuffer packed;
   std::vector<std::pair<const PlanEntry*, int64_t>> placed;
   for (const PlanEntry& e : plan.entries) {
@@ -170,6 +175,7 @@ int run(const Options& o) {
     CopyDesc from_buf = unpack_copy(e->copy);  // packed at 0 -> engine parameter
     pack.push_back(CopyJob{src, packed.data() + off, to_buf, eb});
     unpack.push_back(CopyJob{packed.data() + off, params[size_t(e->engine_param)].data(), from_buf, eb});
+    direct.push_back(CopyJob{src, params[size_t(e->engine_param)].data(), e->copy, eb, e->hf_param, &e->copy});
     if (to_buf.dims.size() > 1) {
       strided.push_back(pack.back());
       strided_bytes += e->numel() * eb;
@@ -193,6 +199,18 @@ int run(const Options& o) {
   double t_copy = time_it(*dev, o.reps, [&] { dev->memcpy(other.data(), packed.data(), moved); });
   double t_pack = time_it(*dev, o.reps, [&] { dev->copy(pack); });
   double t_unpack = time_it(*dev, o.reps, [&] { dev->copy(unpack); });
+  // --checksum's two sides on the direct pieces, their sums compared.
+  std::vector<CopyJob> direct_plain = direct;
+  for (CopyJob& j : direct_plain) j.hash_tensor = -1;
+  std::vector<HashJob> at_source;
+  for (const CopyJob& j : direct) at_source.push_back(HashJob{j.src, j.desc, j.elem_bytes, j.hash_tensor, 0, true});
+  std::vector<uint64_t> landed_sums;
+  double t_direct = time_it(*dev, o.reps, [&] { dev->copy(direct_plain); });
+  double t_direct_hash = time_it(*dev, o.reps, [&] { landed_sums = dev->sums(dev->copy_hashed(direct)); });
+  std::vector<uint64_t> source_sums;
+  double t_hash = time_it(*dev, o.reps, [&] { source_sums = dev->checksum(at_source); });
+  int64_t sums_wrong = 0;
+  for (size_t i = 0; i < direct.size(); ++i) sums_wrong += landed_sums.at(i) != source_sums.at(i);
   double t_ipc = 0, t_strided = 0;
   int64_t ipc_wrong = 0;
   if (!strided.empty()) t_strided = time_it(*dev, o.reps, [&] { dev->copy(strided); });
@@ -229,6 +247,12 @@ int run(const Options& o) {
              fmt_fixed(100 * t_copy / t_pack, 1), "-"});
   t.add_row({"unpack", fmt_int(int64_t(unpack.size())), fmt_int(moved), fmt_fixed(t_unpack * 1e6, 1),
              fmt_fixed(gbps(t_unpack), 1), fmt_fixed(100 * t_copy / t_unpack, 1), fmt_int(wrong)});
+  t.add_row({"direct", fmt_int(int64_t(direct.size())), fmt_int(moved), fmt_fixed(t_direct * 1e6, 1),
+             fmt_fixed(gbps(t_direct), 1), fmt_fixed(100 * t_copy / t_direct, 1), "-"});
+  t.add_row({"direct+hash", fmt_int(int64_t(direct.size())), fmt_int(moved), fmt_fixed(t_direct_hash * 1e6, 1),
+             fmt_fixed(gbps(t_direct_hash), 1), fmt_fixed(100 * t_copy / t_direct_hash, 1), fmt_int(sums_wrong)});
+  t.add_row({"hash", fmt_int(int64_t(direct.size())), fmt_int(moved), fmt_fixed(t_hash * 1e6, 1),
+             fmt_fixed(double(moved) / t_hash / 1e9, 1), fmt_fixed(100 * t_copy / t_hash, 1), "-"});
   auto bw = [](int64_t b, double s) { return 2.0 * double(b) / s / 1e9; };
   if (!mapped && !strided.empty())
     t.add_row({"strided", fmt_int(int64_t(strided.size())), fmt_int(strided_bytes), fmt_fixed(t_strided * 1e6, 1),
@@ -249,6 +273,9 @@ int run(const Options& o) {
               << "\n";
   }
   t.print(std::cout);
+  std::cout << "# --checksum: the copy that hashes what it moves takes " << fmt_fixed(100 * (t_direct_hash / t_direct - 1), 1)
+            << "% longer than the plain copy (direct+hash vs direct); hashing the pieces where they lie takes "
+            << fmt_fixed(100 * t_hash / t_direct, 1) << "% of the plain copy's time (hash reads only: its bw column)\n";
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", m.name()}, {"inference", o.inference}, {"rank", o.rank}, {"device", dev->describe()},
                         {"groups", groups.size()}, {"bytes", moved}, {"reps", o.reps},
@@ -257,6 +284,8 @@ int run(const Options& o) {
                         {"align", o.align}, {"strided_jobs", strided.size()}, {"strided_bytes", strided_bytes},
                         {"strided_s", t_strided},
                         {"strided_of_copy", strided.empty() ? 0.0 : bw(strided_bytes, t_strided) / gbps(t_copy)},
+                        {"direct_s", t_direct}, {"direct_hash_s", t_direct_hash}, {"hash_s", t_hash},
+                        {"hashed_copy_overhead", t_direct_hash / t_direct - 1}, {"sums_wrong", sums_wrong},
                         {"commit", SHARDSYNC_GIT_SHA}};
     if (mapped) {
       j["ipc"] = {{"copy_s", t_ipc}, {"copy_wrong", ipc_wrong}, {"pack_of_ipc_copy", gbps(t_pack) / bw(ipc_bytes, t_ipc)},
@@ -272,7 +301,7 @@ int run(const Options& o) {
     waitpid(child, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) throw Error("--ipc: the source process failed");
   }
-  return wrong == 0 && ipc_wrong == 0 ? 0 : 1;
+  return wrong == 0 && ipc_wrong == 0 && sums_wrong == 0 ? 0 : 1;
 }
 
 }  // namespace

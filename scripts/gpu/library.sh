@@ -6,10 +6,12 @@
 #                                  AdamW, in the library's CUDA slots), every parameter checked
 #   scripts/gpu/library.sh time [TP]
 #                                  colocated Qwen3-8B tp1 -> tpTP (default 1; one call per TP) on
-#                                  one GPU: the CLI's v3 and v4 (and v4 --checksum), the Python API on torch.empty
-#                                  tensors (staged), in the library's slots (zero copy) and in the
-#                                  slots with checksums, interleaved twice, and (TP 1) the PyTorch
-#                                  peers; every sync verified
+#                                  one GPU: the CLI's v3 and v4 (and v4 --checksum), the Python API on
+#                                  the caller's torch.empty tensors (zero copy through the tensor
+#                                  table), in the library's slots and in the slots with checksums,
+#                                  interleaved twice, and (TP 1) the PyTorch peers; every sync verified
+#   scripts/gpu/library.sh hash    the checksum kernels' cost alone (shardsync-kernel-bench's
+#                                  direct / direct+hash / hash rows) and foreach_check.py
 # Results and logs under $OUT (default $OUT_DIR or results/gpu/library). Run `make stamp` here
 # first so that the copy's build records the commit.
 set -u
@@ -57,9 +59,10 @@ case "$what" in
         step "cli_checksum_tp$tp.r$round" 240 mpirun --oversubscribe -np $np $SS bench -m qwen3-8b -t tp1 -i tp$tp --memory cuda \
           -e v4 --checksum --syncs 20 --warmup 2 -q --json "$OUT/cli-checksum-tp$tp-r$round.json"
         grep -E "^  v4 " "$LOGS/cli_checksum_tp$tp.r$round.log" | sed 's/$/   (--checksum)/' | tee -a "$SUM"
-        for mode in staged in-slots in-slots-checksum; do
+        for mode in torch-empty in-slots in-slots-checksum torch-empty-checksum; do
           flag=""; [[ $mode == in-slots ]] && flag=--in-slots
           [[ $mode == in-slots-checksum ]] && flag="--in-slots --checksum"
+          [[ $mode == torch-empty-checksum ]] && flag="--checksum"
           step "api_${mode}_tp$tp.r$round" 240 mpirun --oversubscribe -np $np "$PY" bench/library_bench.py --model qwen3-8b \
             --config configs/models/qwen3-8b.json --inference-tp $tp --engine v4 --syncs 20 $flag --json "$OUT/api-$mode-tp$tp-r$round.json"
           grep -h "^library" "$LOGS/api_${mode}_tp$tp.r$round.log" | tee -a "$SUM"
@@ -72,5 +75,19 @@ case "$what" in
       tail -5 "$LOGS/peers.log" | tee -a "$SUM"
     fi
     ;;
-  *) echo "usage: $0 check | time [TP]"; exit 2 ;;
+  hash)
+    # --checksum's cost in the kernels alone: the one-pass copy with and without hashing what it
+    # moves (the receiver's side), and the pieces hashed where they lie (the trainer's), on 12
+    # blocks of Qwen3-8B, local and through a CUDA IPC mapping; then where torch's
+    # _foreach_copy_ goes wrong for the ipc-kept-foreach peer.
+    for ipc in "" --ipc; do
+      name=kernel_hash${ipc:+_ipc}
+      step "$name" 300 $BUILD/apps/shardsync-kernel-bench --model qwen3-8b --inference tp1 --device cuda --layers 12 --reps 5 \
+        $ipc --json "$OUT/$name.json"
+      grep -E "direct|hash|checksum" "$LOGS/$name.log" | tee -a "$SUM"
+    done
+    step foreach_check 180 "$PY" bench/peers/foreach_check.py --layers 2
+    grep -h "foreach_check:" "$LOGS/foreach_check.log" | tee -a "$SUM"
+    ;;
+  *) echo "usage: $0 check | time [TP] | hash"; exit 2 ;;
 esac
