@@ -489,7 +489,7 @@ def engine_json(peer, rows, a, moved, nb, rounds):
         "ipc-kept-foreach": "as ipc-kept, the copies of a sync as one torch._foreach_copy_",
     }[peer]
     return {"engine": "peer:" + peer, "timed_syncs": len(timed),
-            "time_s": {"min": min(ts), "avg": avg, "max": max(ts)},
+            "time_s": {"min": min(ts), "avg": avg, "median": statistics.median(ts), "max": max(ts)},
             "bytes_moved": moved, "aggregate_gbps": moved / avg / 1e9 if avg > 0 else 0.0,
             "pack_s": mean([r["pack_s"] for r in timed]),
             "transfer_s": mean([c for r in timed for c in r["copy_s"]]),
@@ -608,9 +608,10 @@ def main():
         print(f"peers: wrote {a.json}")
     print(f"\n{stem}, inference tp{N}, {placement}; {moved / 1e9:.3f} GB moved per sync; "
           f"link {link:.1f} GB/s ({rw:.1f} read+write)")
-    print(f"{'peer':<16}{'avg s':>10}{'min s':>10}{'GB/s':>9}{'% link':>8}{'wrong':>8}")
+    print(f"{'peer':<16}{'avg s':>10}{'median s':>10}{'min s':>10}{'max s':>10}{'GB/s':>9}{'% link':>8}{'wrong':>8}")
     for e in engines:
-        print(f"{e['engine'][5:]:<16}{e['time_s']['avg']:>10.4f}{e['time_s']['min']:>10.4f}"
+        print(f"{e['engine'][5:]:<16}{e['time_s']['avg']:>10.4f}{e['time_s']['median']:>10.4f}{e['time_s']['min']:>10.4f}"
+              f"{e['time_s']['max']:>10.4f}"
               f"{e['aggregate_gbps']:>9.2f}{100 * e['aggregate_gbps'] / link:>8.1f}{e['wrong']:>8}")
     wrong = sum(e["wrong"] for e in engines)
     if wrong:

@@ -30,6 +30,10 @@ MinAvgMax reduce(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   r.avg = s / double(v.size());
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  r.median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   return r;
 }
 
@@ -188,7 +192,9 @@ void print_summary_table(std::ostream& os, const std::vector<EngineSummary>& row
 }
 
 nlohmann::json summary_json(const EngineSummary& s) {
-  auto mam = [](const MinAvgMax& m) { return nlohmann::json{{"min", m.min}, {"avg", m.avg}, {"max", m.max}}; };
+  auto mam = [](const MinAvgMax& m) {
+    return nlohmann::json{{"min", m.min}, {"avg", m.avg}, {"median", m.median}, {"max", m.max}};
+  };
   return {{"engine", s.engine},
           {"timed_syncs", s.timed_syncs},
           {"time_s", mam(s.time_s)},

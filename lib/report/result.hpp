@@ -21,6 +21,7 @@ struct EngineRun {
 
 struct MinAvgMax {
   double min = 0, avg = 0, max = 0;
+  double median = 0;  // of an even count, the mean of the middle two
 };
 
 // What a row of the comparison table says about one engine (timed syncs only).

@@ -48,6 +48,12 @@ case "$what" in
       grep -ho "staged [0-9]* B" "$LOGS/$name.log" | sort | uniq -c | sed 's/^/#   /' | tee -a "$SUM"
       grep -h "^shardsync:" "$LOGS/$name.log" | head -3 | tee -a "$SUM"
     done
+    # PyTorch's expandable_segments (cuMem memory, no CUDA IPC handle): the trainer's tensors are
+    # staged through their slots, named once; every parameter still bit-exact.
+    step rl_step_expandable_segments 120 mpirun --oversubscribe -x PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -np 3 \
+      "$PY" examples/rl_step.py --model tiny-qwen3 --trainer tp1 --inference tp2 --torch cuda --engine v4
+    grep -h "rl_step:\|^shardsync:" "$LOGS/rl_step_expandable_segments.log" | tee -a "$SUM"
+    grep -ho "staged [0-9]* B" "$LOGS/rl_step_expandable_segments.log" | sort | uniq -c | sed 's/^/#   /' | tee -a "$SUM"
     ;;
   time)
     for round in 1 2; do
