@@ -47,7 +47,8 @@ python: configure
 # commit a build of the copy records (cmake/GitSha.cmake reads .shardsync-commit there).
 stamp:
 	@sha=$$(git rev-parse --short=12 HEAD) && { git diff --quiet HEAD -- || sha="$$sha-dirty"; } && \
-	  echo "$$sha" > .shardsync-commit && echo ".shardsync-commit: $$sha"
+	  src=$$(cmake -DSRC=. -P cmake/SourceHash.cmake) && printf '%s\nsources %s\n' "$$sha" "$$src" > .shardsync-commit && \
+	  echo ".shardsync-commit: $$sha (sources $$src)"
 
 # The main job on the embedded default: the bundled tiny MoE model on 6 local ranks (2
 # trainer ranks TP2/EP2 -> 2 inference replicas of DP2/EP2): record the plans, then compare

@@ -18,8 +18,8 @@ Needs PyTorch, mpi4py and a GPU; the model must be dense Qwen3/Llama-like (q/k/v
 """
 import argparse
 import json
+import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -163,13 +163,9 @@ def main():
         print(f"library {mode} {a.engine} tp1 -> tp{a.inference_tp}: median {med:.6f} s, min {min(times):.6f}, max {max(times):.6f} "
               f"over {len(times)} syncs{sums}, at most {staged} B staged a sync, {wrong} wrong", flush=True)
         if a.json:
-            sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
-            if not sha:  # a copy without .git (the GPU host): the stamp make stamp wrote
-                try:
-                    sha = open(".shardsync-commit").read().strip()
-                except OSError:
-                    sha = ""
-            json.dump({"tool": "library_bench.py", "git_sha": sha or "unknown", "argv": sys.argv, "config": vars(a),
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from provenance import project_commit  # the project's commit, never a surrounding repository's
+            json.dump({"tool": "library_bench.py", "git_sha": project_commit(), "argv": sys.argv, "config": vars(a),
                        "device": torch.cuda.get_device_name(0), "median_s": med, "receiver_hash_share_median": share, "min_s": min(times), "max_s": max(times),
                        "wrong": wrong, "syncs": rows}, open(a.json, "w"), indent=1)
     return 0 if wrong == 0 else 1

@@ -278,8 +278,12 @@ def reference_build(args, commit):
                              capture_output=True, text=True)
     if archive.returncode != 0:
         fail("git archive of the reference %s failed: %s" % (commit, archive.stderr.strip()))
+    # The reference's commit, for its build to record (GitSha.cmake; a reference old enough to
+    # read only the first line ignores the second).
+    sources = subprocess.run(["cmake", "-DSRC=" + rsrc, "-P", os.path.join(src, "cmake", "SourceHash.cmake")],
+                             capture_output=True, text=True).stdout.strip()
     with open(os.path.join(rsrc, ".shardsync-commit"), "w") as f:
-        f.write(commit[:12] + "\n")
+        f.write(commit[:12] + "\n" + ("sources %s\n" % sources if sources else ""))
     flags = ["-DCMAKE_BUILD_TYPE=" + (cache_value(args.build, "CMAKE_BUILD_TYPE") or "RelWithDebInfo"),
              "-DSHARDSYNC_BUILD_TESTS=OFF", "-DSHARDSYNC_BUILD_BENCH=ON", "-DSHARDSYNC_WERROR=OFF"]
     for key in ("SHARDSYNC_CUDA", "SHARDSYNC_UCX", "SHARDSYNC_NCCL"):
@@ -287,14 +291,13 @@ def reference_build(args, commit):
         if v is not None:
             flags.append("-D%s=%s" % (key, v))
     log = os.path.join(top, "build.log")
-    env = {"SHARDSYNC_COMMIT": commit[:12]}
     with open(log, "w") as f:
         for cmd in (["cmake", "-S", rsrc, "-B", rbuild] + flags,
                     ["cmake", "--build", rbuild, "-j", str(os.cpu_count() or 2), "--target", "shardsync",
                      "shardsync-microbench"]):
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
-            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
             if r.returncode != 0:
                 f.close()
                 sys.stderr.write(open(log).read()[-4000:])

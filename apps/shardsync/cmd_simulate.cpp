@@ -9,6 +9,7 @@
 #include "common/json_input.hpp"
 #include "common/table.hpp"
 #include "model_layout_options.hpp"
+#include "report/result.hpp"
 #include "report/result_reader.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/simulator.hpp"
@@ -349,7 +350,12 @@ void run_simulate(const SimulateOptions& o) {
   ClusterSpec cluster = load_cluster(o.cluster);
   if (!o.costs.empty()) cluster = with_costs_of(cluster, load_cluster(o.costs));
   nlohmann::json j;
+  // Provenance: the commit of the binary, the cluster file (and a costs file) and what made it.
+  j["git_sha"] = build_commit();
   j["cluster"] = cluster.name;
+  j["cluster_file"] = cluster.source;
+  if (!o.costs.empty()) j["costs_file"] = o.costs;
+  j["cluster_provenance"] = cluster.provenance;
   j["profile"] = profile_name(cluster.profile);
   if (!o.compare.empty()) {
     // Predict a measured run: same model, layouts and engines as the result file.

@@ -12,7 +12,7 @@ Peers (--peer, comma-separated; each runs in the same launch, on the same proces
 Process 0 is the trainer, 1..N the inference TP ranks; one GPU visible: all on cuda:0
 (colocated), >= N+1 GPUs: process i on cuda:i. See README.md beside this file.
 """
-import argparse, datetime, json, os, socket, statistics, subprocess, sys, time, traceback
+import argparse, datetime, json, os, socket, statistics, sys, time, traceback
 
 PEERS = ("bucketed-ipc", "ipc-per-tensor", "ipc-kept", "ipc-kept-foreach", "nccl-bcast", "nccl-bucket")
 QWEN3_8B = (16_381_470_720, 399)  # bytes, tensors: checked when the whole qwen3-8b is used
@@ -455,20 +455,10 @@ def parse_bytes(text):
 
 
 def git_sha():
-    if os.environ.get("SHARDSYNC_COMMIT"):
-        return os.environ["SHARDSYNC_COMMIT"]
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=here).stdout.strip()
-    except Exception:
-        sha = ""
-    if not sha:  # a copy without git (the GPU host): the stamp make stamp wrote at the tree's root
-        try:
-            sha = open(os.path.join(here, "..", "..", ".shardsync-commit")).read().strip()
-        except OSError:
-            sha = ""
-    return sha or "?"
+    """The project's commit (bench/provenance.py), never that of a repository around a copy."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from provenance import project_commit
+    return project_commit()
 
 
 def engine_json(peer, rows, a, moved, nb, rounds):

@@ -12,19 +12,19 @@
 # Used for ld.global.nc loads at 841fa50 (results/gpu/one-pass/nc-loads/) and for whole-page
 # allocations (results/gpu/align/).
 #
-#   BASE_DIR=.carry/base OUT=/tmp/out LOGS=/tmp/out/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/ab.sh
+#   BASE_DIR=.carry/base OUT=/tmp/out LOGS=/tmp/out/logs scripts/gpu/ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/ab}"
 LOGS="${LOGS:-$OUT/logs}"
 BASE_DIR="${BASE_DIR:-.carry/base}"
 source scripts/gpu/common.sh
-say "# A/B on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), candidate ${SHARDSYNC_COMMIT:-?}, base $(cat "$BASE_DIR/.shardsync-commit" 2>/dev/null || echo '?')"
+say "# A/B on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), candidate $(source_commit), base $(head -1 "$BASE_DIR/.shardsync-commit" 2>/dev/null || echo '?')"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 CFG="-DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90"
 step build 300 bash -c "cmake -S . -B build-gpu $CFG && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }
-# The base records its own commit (its .shardsync-commit), not the candidate's SHARDSYNC_COMMIT.
-step build-base 300 env -u SHARDSYNC_COMMIT bash -c "cmake -S $BASE_DIR -B $BASE_DIR/build-gpu $CFG && cmake --build $BASE_DIR/build-gpu -j $(nproc)" ||
+# The base records its own commit (its own .shardsync-commit).
+step build-base 300 bash -c "cmake -S $BASE_DIR -B $BASE_DIR/build-gpu $CFG && cmake --build $BASE_DIR/build-gpu -j $(nproc)" ||
   { tail -40 "$LOGS/build-base.log"; exit 1; }
 if [[ "${SWEEP:-0}" == 1 ]]; then
   step sweep-build 120 nvcc -O3 -arch=sm_90 -std=c++17 -Ilib -Ikernels bench/gpu/strided_sweep.cu -o "$LOGS/strided_sweep" -lcuda

@@ -13,13 +13,13 @@
 # (SHARDSYNC_EXP_TRAINER_ALIGN, SHARDSYNC_EXP_LIVE_ALIGN) that 6781bcf removed with the fix
 # (whole-page allocations): `git show bc9d525:scripts/gpu/align.sh` is that version.
 #
-#   OUT=/tmp/out LOGS=/tmp/out/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/align.sh
+#   OUT=/tmp/out LOGS=/tmp/out/logs scripts/gpu/align.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/align}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# alignment of the strided pieces on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-?}"
+say "# alignment of the strided pieces on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 CFG="-DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90"
 step build 400 bash -c "cmake -S . -B build-gpu $CFG && cmake --build build-gpu -j $(nproc)" || { tail -40 "$LOGS/build.log"; exit 1; }

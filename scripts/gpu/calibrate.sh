@@ -6,7 +6,7 @@
 #      verified): Qwen3-8B to 2 replicas, Qwen3-8B with trainer PP2 and with trainer TP2, and a MoE
 #      model (TP2/EP2 -> DP2/EP2, and trainer PP2/EP2/DP2 -> DP2/EP2); `simulate --compare` prints
 #      predicted vs measured for each.
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/calibrate.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/calibrate.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/sim/h200}"

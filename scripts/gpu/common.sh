@@ -8,7 +8,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 # labelled with it): no git there, so builds and scripts take the commit from .shardsync-commit
 # (make stamp, carried with the tree), or say "unknown".
 export GIT_DIR=/nonexistent/shardsync-copy-has-no-git
-source_commit() { cat .shardsync-commit 2>/dev/null || echo unknown; }
+source_commit() { head -1 .shardsync-commit 2>/dev/null || echo unknown; }
 SUM="$OUT/summary.txt"
 if [[ "${SUM_MODE:-}" == append ]]; then touch "$SUM"; else : > "$SUM"; fi
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -46,7 +46,7 @@ trap report_steps EXIT
 gpu_script_start() {  # title
   BUILD="${BUILD:-build-gpu}"
   SS="$BUILD/apps/shardsync"
-  say "# $1 on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
+  say "# $1 on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
   nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
   [[ -x "$SS" ]] || step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF \
     -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build $BUILD -j $(nproc) --target shardsync"

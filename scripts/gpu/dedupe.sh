@@ -9,7 +9,7 @@
 #   mid-qwen3-moe (9.6 GiB), trainer TP1 -> DP4/EP4 on one node, every pull engine, full and
 #     --dedupe-node alternately (one pair), the bytes each node took in and the times side by side.
 # Build first (scripts/gpu/delta.sh builds build-gpu); BUILD=build-gpu.
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/dedupe.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/dedupe.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/dedupe}"

@@ -9,13 +9,13 @@
 #   changing, v3 and v4 with 2% of rows.
 # One pair of runs (full, then --delta) each, to fit the GPU host's 10-minute call.
 #
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/delta.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/delta.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/delta}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# delta sync on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
+say "# delta sync on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-gpu -j $(nproc) --target shardsync test_kernels test_delta" \

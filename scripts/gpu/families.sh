@@ -10,7 +10,7 @@
 #     are recorded at a serving layout (TP8 / TP8,EP8) and shown; on a host of several GPUs that
 #     hold both copies (2 H200s for Mixtral; 4 H200s or 8 H100s for GLM-4.5-Air) they sync at
 #     full size, TP<g/2> -> TP<g/2>, one rank a GPU.
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> [ONLY=regex] scripts/gpu/families.sh
+#   OUT=/tmp/out LOGS=/tmp/logs [ONLY=regex] scripts/gpu/families.sh
 # ONLY runs just the steps whose names match (e.g. ONLY=gpt-oss).
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -7,14 +7,14 @@
 # on the wire (inference ranks quantize) and with FP8 on the wire (the trainer quantizes as it
 # packs), every byte, code and scale verified in the run that times it.
 #
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/fp8.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/fp8.sh
 #   PARTS="tests kernel" ... / PARTS=engines REBUILD=0 SUM_MODE=append ... (in two launches)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/fp8}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# FP8 targets on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
+say "# FP8 targets on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 if [[ ! -x build-gpu/apps/shardsync || "${REBUILD:-1}" == 1 ]]; then
   step build 600 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \

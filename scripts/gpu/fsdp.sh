@@ -5,7 +5,7 @@
 #   Qwen3-30B-A3B at full size (61 GB bf16), fsdp2 -> DP2/EP2: the layout of vLLM's FSDP + EP
 #     examples, a trainer copy and an inference copy (122 GB) on one GPU: plan recorded, one
 #     verified sync per engine. Needs more than 100 GB of GPU memory (an H200).
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/fsdp.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/fsdp.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/fsdp}"

@@ -26,7 +26,7 @@ BUILD=build-gpu
 SS=$BUILD/apps/shardsync
 PY=$(command -v python3)
 export PYTHONPATH="$PWD/$BUILD/python:$PWD/examples:$PWD/bench"
-say "# $what on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(cat .shardsync-commit 2>/dev/null || echo '?'), python $PY"
+say "# $what on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit), python $PY"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 if [[ ! -x $SS || ! -f $BUILD/python/shardsync/libshardsync.so ]]; then
   step build 600 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF \

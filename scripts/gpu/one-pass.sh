@@ -11,7 +11,7 @@
 # floor is one copy of the bytes moved at that rate, so "of_link" = floor / time.
 # With one GPU every rank shares it (the colocated setting); with two, trainers take GPU 0.
 #
-#   OUT=/tmp/out LOGS=/tmp/logs SHARDSYNC_COMMIT=<sha> scripts/gpu/one-pass.sh
+#   OUT=/tmp/out LOGS=/tmp/logs scripts/gpu/one-pass.sh
 #   CASES="a b" PEERS=0 PROFILE=1 ... (a subset; no peers; an ncu profile of the copy kernels)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +19,7 @@ OUT="${OUT:-results/gpu/one-pass}"
 LOGS="${LOGS:-$OUT/logs}"
 CASES="${CASES:-a b c}"
 source scripts/gpu/common.sh
-say "# one-pass pulls and peers on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
+say "# one-pass pulls and peers on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 [[ "$gpus" -ge 2 ]] && say "# placement: $gpus GPUs; trainers on the first half, inference ranks on the second" ||
   say "# placement: ONE GPU shared by every rank (colocated: trainer and inference memory on the same H200)"

@@ -17,7 +17,7 @@ source scripts/gpu/common.sh
 UCX_PREFIX="$(cd "${UCX_PREFIX:-.carry/ucx/libucx}" && pwd)" || { say "# FAILED: no UCX prefix"; exit 1; }
 export -n UCX_PREFIX  # the script's own; UCX warns of UCX_* variables it does not know
 export LD_LIBRARY_PATH="$UCX_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-say "# UCX on GPU memory, $(date -u +%Y-%m-%dT%H:%MZ), git ${SHARDSYNC_COMMIT:-$(source_commit)}"
+say "# UCX on GPU memory, $(date -u +%Y-%m-%dT%H:%MZ), git $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 say "# UCX prefix $UCX_PREFIX (wheel version $(cat "$UCX_PREFIX/UCX_WHEEL_VERSION.txt" 2>/dev/null || echo '?'))"
 if [[ -x "$UCX_PREFIX/bin/ucx_info" ]]; then

@@ -3,7 +3,7 @@
 # GPU 1, pulls over NVLink (CUDA IPC). Run from the repo root with OUT set.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export SHARDSYNC_COMMIT="${SHARDSYNC_COMMIT:-$(cat .shardsync-commit 2>/dev/null || echo unknown)}"
+# The build records the commit of .shardsync-commit (make stamp; cmake/GitSha.cmake).
 nvidia-smi -L; nvidia-smi topo -m | head -4
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDSYNC_UCX=OFF -DSHARDSYNC_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 > /tmp/b.log 2>&1 && cmake --build build-gpu -j 32 >> /tmp/b.log 2>&1 || { tail -30 /tmp/b.log; exit 1; }
 SS=build-gpu/apps/shardsync

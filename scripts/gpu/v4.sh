@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/gpu/v4}"
 LOGS="${LOGS:-$OUT/logs}"
 source scripts/gpu/common.sh
-say "# V4 vs V3 on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source ${SHARDSYNC_COMMIT:-$(source_commit)}"
+say "# V4 vs V3 on the GPU host, $(date -u +%Y-%m-%dT%H:%MZ), source $(source_commit)"
 nvidia-smi -L | sed 's/^/# /' | tee -a "$SUM"
 [[ "$gpus" -ge 2 ]] && say "# placement: $gpus GPUs; trainers on the first half, inference ranks on the second" ||
   say "# placement: ONE GPU shared by every rank (trainer and inference memory on the same H200)"
