@@ -57,14 +57,9 @@ OnePassReads::OnePassReads(Engines::Impl& m, const ConsumerSchedule& s, BusyTime
 // The test hook's source: the piece's source elements copied aside, the first one's lowest bit
 // flipped; returned as the base the piece's offsets apply to.
 const uint8_t* OnePassReads::damaged_source(const uint8_t* src, const CopyDesc& d, int64_t eb) {
-  int64_t lo = d.src_offset, hi = d.src_offset;
-  for (const CopyDim& k : d.dims) {
-    if (k.size <= 0) continue;
-    const int64_t span = (k.size - 1) * k.src_stride;
-    if (span < 0) lo += span;
-    else hi += span;
-  }
-  const int64_t bytes = (hi - lo + 1) * eb;
+  int64_t lo = 0, hi = 0;
+  source_range(d, &lo, &hi);  // [lo, hi)
+  const int64_t bytes = (hi - lo) * eb;
   corrupt_copy_ = DeviceBuffer(m_.device.get(), bytes);
   m_.device->memcpy(corrupt_copy_.data(), src + lo * eb, bytes);
   m_.device->synchronize();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bytes.hpp"
 #include "common/error.hpp"
 
 namespace shardsync {
@@ -239,17 +240,11 @@ CopyDesc unpack_copy(const CopyDesc& d) {
 namespace {
 template <class T>
 void put(std::vector<uint8_t>& b, T v) {
-  size_t n = b.size();
-  b.resize(n + sizeof v);
-  std::memcpy(b.data() + n, &v, sizeof v);
+  put_bytes(b, v);
 }
 template <class T>
 T take(const std::vector<uint8_t>& b, size_t& pos) {
-  if (pos + sizeof(T) > b.size()) throw Error("truncated pull request payload");
-  T v;
-  std::memcpy(&v, b.data() + pos, sizeof v);
-  pos += sizeof v;
-  return v;
+  return take_bytes<T>(b, pos, "truncated pull request payload");
 }
 }  // namespace
 

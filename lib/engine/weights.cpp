@@ -1,8 +1,7 @@
 // The weight source and parameter sink seams (weights.hpp).
 #include "engine/weights.hpp"
 
-#include <cstring>
-
+#include "common/bytes.hpp"
 #include "common/error.hpp"
 
 namespace shardsync {
@@ -10,17 +9,11 @@ namespace shardsync {
 namespace {
 template <class T>
 void put(std::vector<uint8_t>& b, T v) {
-  const size_t n = b.size();
-  b.resize(n + sizeof v);
-  std::memcpy(b.data() + n, &v, sizeof v);
+  put_bytes(b, v);
 }
 template <class T>
 T take(const std::vector<uint8_t>& b, size_t& at) {
-  if (at + sizeof(T) > b.size()) throw Error("tensor table: truncated (" + std::to_string(b.size()) + " bytes)");
-  T v;
-  std::memcpy(&v, b.data() + at, sizeof v);
-  at += sizeof v;
-  return v;
+  return take_bytes<T>(b, at, "tensor table: truncated");
 }
 }  // namespace
 
