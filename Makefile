@@ -109,19 +109,16 @@ fuzz-build: deps
 	@cmake -S . -B build-fuzz $(SAN_FLAGS) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHARDSYNC_FUZZ=ON \
 	  -DSHARDSYNC_WERROR=OFF -DSHARDSYNC_BUILD_TESTS=OFF -DSHARDSYNC_SANITIZE=address,undefined \
 	  >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_config fuzz_plan_file
-	mkdir -p build-fuzz/corpus/config build-fuzz/corpus/plan
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_config fuzz_plan_file fuzz_plan_reader
+	mkdir -p build-fuzz/corpus/config build-fuzz/corpus/plan build-fuzz/corpus/plan-body
 
 test-fuzz: fuzz-build
-	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_model_config -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  build-fuzz/corpus/config tests/fuzz/corpus/config
-	ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/fuzz/fuzz_plan_file -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  build-fuzz/corpus/plan tests/fuzz/corpus/plan
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh build-fuzz/fuzz.txt
 
 # Longer fuzzing (not part of make test): each fuzzer FUZZ_SECONDS (default 600), summary in
-# build-fuzz/fuzz-long.txt.
+# build-fuzz/fuzz-long.txt (scripts/fuzz.sh says what it runs and how findings are classed).
 fuzz-long: fuzz-build
-	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz-long.sh
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz.sh build-fuzz/fuzz-long.txt
 
 # Chaos (not part of make test): CHAOS_TRIALS (default 50) kills of a random inference rank at a
 # random point, across engines, with and without a replacement (scripts/chaos.py --help);

@@ -99,11 +99,31 @@ std::vector<RankPlan> record_plans(const ModelSpec& model, const InferencePlacem
   return plans;
 }
 
+namespace {
+
+// The elements a strided destination (from a plan file: any values) can touch lie in
+// [0, total), computed without overflow before any view arithmetic multiplies its sizes.
+void check_destination_extent(const PlanEntry& e, int64_t total) {
+  if (e.dst_shape.size() != e.dst_strides.size()) throw ViewError("destination shape and strides differ in rank");
+  int64_t lo = e.dst_offset, hi = e.dst_offset, reach = 0;
+  for (size_t d = 0; d < e.dst_shape.size(); ++d) {
+    const int64_t n = e.dst_shape[d], st = e.dst_strides[d];
+    if (n < 0) throw ViewError("destination dimension of negative size");
+    if (n == 0) return;  // no element
+    if (__builtin_mul_overflow(n - 1, st, &reach) || __builtin_add_overflow(st < 0 ? lo : hi, reach, st < 0 ? &lo : &hi))
+      throw ViewError("destination extent overflows");
+  }
+  if (lo < 0 || hi >= total) throw ViewError("destination outside the engine parameter");
+}
+
+}  // namespace
+
 CopyDesc compile_entry(const PlanEntry& e, const std::vector<int64_t>& hf_shape,
                        const std::vector<int64_t>& param_shape) {
-  SubView dst = SubView::strided(e.dst_offset, e.dst_shape, e.dst_strides);
   int64_t lo = 0, hi = 0, total = 1;
   for (int64_t s : param_shape) total *= s;
+  check_destination_extent(e, total);
+  SubView dst = SubView::strided(e.dst_offset, e.dst_shape, e.dst_strides);
   if (e.is_fill()) {
     CopyDesc d = make_copy_desc(dst, dst);
     for (auto& x : d.dims) x.src_stride = 0;

@@ -20,7 +20,7 @@ constexpr int kMaxDims = 4;
 // The HDF5 user block carries a text header with the length and hash of the rest of the
 // file, checked before HDF5 parses anything: the HDF5 library is not hardened against
 // corrupted files, so a flipped byte must never reach it.
-constexpr hsize_t kUserBlock = 512;
+constexpr hsize_t kUserBlock = hsize_t(kPlanHeaderBytes);
 constexpr const char* kMagic = "shardsync-plan";
 constexpr size_t kNameBytes = 128;
 
@@ -315,6 +315,12 @@ std::vector<R> read_table(hid_t group, const std::string& gname, const char* nam
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
   if (n > limit) read_fail(path, obj, std::to_string(n) + " rows exceed the plausible " + std::to_string(limit));
+  // The rows must be stored before they are allocated: a dataspace that claims more rows than
+  // the file holds is refused without allocating them.
+  const hsize_t stored = H5Dget_storage_size(ds.get()), row_bytes = H5Tget_size(file_type.get());
+  if (n > 0 && (row_bytes == 0 || stored / row_bytes < n))
+    read_fail(path, obj, std::to_string(n) + " rows of " + std::to_string(row_bytes) + " bytes, but " +
+                             std::to_string(stored) + " bytes stored (truncated or corrupt file)");
   std::vector<R> rows(n);
   if (n > 0 && H5Dread(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
     read_fail(path, obj, "unreadable (truncated or corrupt file, or fields of another format)");
@@ -510,6 +516,32 @@ PlanFile read_plans(const std::string& path, const ModelSpec& model, const Infer
     out.plans.push_back(std::move(plan));
   }
   return out;
+}
+
+void reseal_plan_file(const std::string& path) {
+  quiet_hdf5();
+  // Each rank's content hash over its tables as they now are, where they can be read: a rank
+  // whose tables cannot is left as it is, and the reader refuses it.
+  {
+    H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    H5Id pt = param_type(), et = entry_type(), ot = op_type();
+    for (int r = 0; file.ok(); ++r) {
+      std::string gname = "rank_" + std::to_string(r);
+      if (H5Lexists(file.get(), gname.c_str(), H5P_DEFAULT) <= 0) break;
+      H5Id g(H5Gopen2(file.get(), gname.c_str(), H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) break;
+      try {
+        RankRecords rec;
+        rec.params = read_table<H5Param>(g.get(), gname, "params", pt.get(), path, 1u << 24);
+        rec.entries = read_table<H5Entry>(g.get(), gname, "entries", et.get(), path, 1u << 28);
+        rec.ops = read_table<H5Op>(g.get(), gname, "ops", ot.get(), path, 1u << 30);
+        if (H5Aexists(g.get(), "content_hash") > 0 && H5Adelete(g.get(), "content_hash") < 0) continue;
+        write_string_attr(g.get(), "content_hash", content_hash(rec), path);
+      } catch (const InputError&) {
+      }
+    }
+  }
+  seal_file(path, path);
 }
 
 }  // namespace shardsync

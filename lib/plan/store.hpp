@@ -3,6 +3,7 @@
 // or corrupted, is refused with a message saying what differs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,14 @@ struct PlanFile {
 PlanFile read_plans(const std::string& path, const ModelSpec& model, const InferencePlacement& inf);
 // Reads only the identity (for `plan show` without a model).
 PlanIdentity read_plan_identity(const std::string& path);
+
+// The header's size: a plan file is this many bytes of header, then the HDF5 part.
+inline constexpr int64_t kPlanHeaderBytes = 512;
+// Recomputes the checksums of the file at `path` after its HDF5 part (which begins
+// kPlanHeaderBytes in) was changed: each rank's content hash over its tables where they can be
+// read, then the header's length and whole-file checksum. For the fuzzer that mutates the HDF5
+// part itself, below both checksums (tests/fuzz/fuzz_plan_reader.cpp); write_plans seals the
+// files it records.
+void reseal_plan_file(const std::string& path);
 
 }  // namespace shardsync
