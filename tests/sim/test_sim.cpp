@@ -1,11 +1,11 @@
-// The simulator: its byte counts are the engine's, contention is modelled, PP
-// serialization matters, and the calibrated cluster reproduces the published table.
+// The simulator: its byte counts are the engine's, contention is modelled, PP serialization
+// matters, and a published row no cost was fitted on is predicted (test_sim_arithmetic.cpp holds
+// its times to arithmetic done by hand).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -47,32 +47,26 @@ SimBytes sim_bytes(bool fp8_wire, bool dedupe_node, bool delta = false, UpdateMo
   return b;
 }
 
-TEST(Sim, ReproducesThePublishedTimesWithin25Percent) {
+// The one published row no cost was fitted on (h100-ib400's fitted_on names only Qwen3-235B
+// rows): Kimi K2's V3 from the per-tensor cost fitted on Qwen3-235B, a prediction, within 25% of
+// the blog's 7.53 s. The Qwen3-235B rows are fits (the costs were chosen to give them) and test
+// nothing here; the model's arithmetic is held by hand in test_sim_arithmetic.cpp. Bytes and the
+// speed of light use no fitted cost: about 2 TB into each of 4 replicas (7.9 TB), ~1.25 s
+// absolute, ~5 s with PP serialized (the blog's figures).
+TEST(Sim, PredictsKimiK2FromCostsFittedOnAnotherModel) {
   ClusterSpec c = load_cluster("h100-ib400");
-  struct Case {
-    const char* layout;
-    EngineKind engine;
-    double published;
-  };
-  const Case cases[] = {{"qwen3-235b-published", EngineKind::kBroadcast, 64.72},
-                        {"qwen3-235b-published", EngineKind::kV1, 25.02},
-                        {"qwen3-235b-published", EngineKind::kV2, 5.61},
-                        {"qwen3-235b-published", EngineKind::kV3, 3.49},
-                        {"kimi-k2-published", EngineKind::kV3, 7.53}};
-  std::map<std::string, std::unique_ptr<SimCase>> setups;
-  for (const Case& x : cases) {
-    auto& s = setups[x.layout];
-    if (!s) s = std::make_unique<SimCase>(load_layout(x.layout));
-    SimResult r = Simulator(s->model, s->trainer, s->inference, s->plans, c).run(x.engine);
-    double err = (r.total_s - x.published) / x.published;
-    EXPECT_LT(std::abs(err), 0.25) << x.layout << " " << engine_name(x.engine) << ": " << r.total_s << " s";
-  }
-  // Kimi K2: about 2 TB into each of 4 replicas; SoL ~1.25 s absolute, ~5 s with PP serialized.
-  auto& k = setups["kimi-k2-published"];
-  SimResult r = Simulator(k->model, k->trainer, k->inference, k->plans, c).run(EngineKind::kV3);
+  ASSERT_EQ(c.fitted_terms("kimi-k2-published v3"), "") << "a cost fitted on this row makes it a fit, not a prediction";
+  SimCase k(load_layout("kimi-k2-published"));
+  const SimResult r = Simulator(k.model, k.trainer, k.inference, k.plans, c).run(EngineKind::kV3);
+  EXPECT_NEAR(r.total_s, 7.53, 0.25 * 7.53);
   EXPECT_NEAR(double(r.bytes_moved) / 1e12, 7.9, 0.9);
   EXPECT_NEAR(r.sol_abs_s, 1.25, 0.25);
   EXPECT_NEAR(r.sol_pp_serial_s, 5.0, 1.0);
+  // The same two from the bytes by hand: every byte crosses a NIC (inference on nodes of its own),
+  // at the line rate, 50 GB/s a GPU; 4 equal replicas of 32 GPUs; trainer stages of tp8 x dp4 = 32
+  // GPUs each, one after another, together sending every byte.
+  EXPECT_NEAR(r.sol_abs_s, double(r.bytes_moved) / 4 / (32 * 50e9), 1e-9);
+  EXPECT_NEAR(r.sol_pp_serial_s, double(r.bytes_moved) / (32 * 50e9), 1e-9);
 }
 
 // Both FP8 modes: FP8 on the wire sends each quantized element as one byte plus its block's
