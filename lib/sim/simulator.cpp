@@ -1,6 +1,7 @@
 #include "sim/simulator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -452,8 +453,8 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
     }
     int64_t largest_group = 0;
     for (auto& [stage, gs] : by_stage) {
-      double stage_t = 0, prev_gather = 0;
-      bool first = true;
+      // Per group: its gather, pull and replay; group N's pull overlaps group N+1's gather.
+      std::vector<std::array<double, 3>> steps;  // gather, pull, replay
       for (int32_t g : gs) {
         const WeightGroup& wg = groups[size_t(g)];
         largest_group = std::max(largest_group, wg.bytes);
@@ -474,10 +475,14 @@ SimResult Simulator::run(const EngineSpec& engine, int64_t bucket_bytes) const {
         r.gather_s += gather;
         r.transfer_s += pull;
         r.overhead_s += replay + c.group_us * 1e-6;
-        if (first) stage_t += gather;  // nothing to overlap the first gather with
-        else prev_gather = std::max(prev_gather, gather);
-        stage_t += std::max({pull, replay, first ? 0.0 : gather}) + c.group_us * 1e-6;
-        first = false;
+        steps.push_back({gather, pull, replay});
+      }
+      // Nothing overlaps the first gather; each group then costs max(pull, replay, the next
+      // group's gather) plus the per-group cost.
+      double stage_t = steps.empty() ? 0.0 : steps.front()[0];
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const double next_gather = i + 1 < steps.size() ? steps[i + 1][0] : 0.0;
+        stage_t += std::max({steps[i][1], steps[i][2], next_gather}) + c.group_us * 1e-6;
       }
       // The last group's process + copy into live weights (HBM speed) is not overlapped.
       int64_t last = groups[size_t(gs.back())].bytes / std::max(1, inference_.layout().ranks_per_replica());

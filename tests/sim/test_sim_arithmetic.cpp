@@ -254,17 +254,13 @@ TEST(Sim, BucketBroadcastIsTheHandArithmetic) {
   EXPECT_NEAR(each.total_s, 2349.45024 * kUs, kTol);
 }
 
-// Known disagreement, kept visible rather than fitted away: with gathers slower than the pulls
-// (launch 30 us), docs/simulator.md's pipeline "group N+1 is gathered while N is pulled, so a
-// group costs max(pull, replay, next gather)" gives
+// With gathers slower than the pulls (launch 30 us): docs/simulator.md's pipeline, "group N+1
+// is gathered while N is pulled, so a group costs max(pull, replay, next gather)", gives
 //   G_embed + max(133, 10, G_layer) + 3 x max(110, G_layer) + max(110, 0) + max(10, 0)
 //     + 12 + 0.00256, with G_embed = 6.4 + 33 = 39.4 us, G_layer = 4.5056 + 7 x 33 = 235.5056 us,
-//   = 39.4 + 4 x 235.5056 + 110 + 10 + 12 + 0.00256 = 1113.42496 us,
-// while Simulator::run pairs each group's pull with that group's own gather (a gather that would
-// have to finish before its own pulls start) and leaves the embed's pull unpaired:
-//   39.4 + 133 + 4 x 235.5056 + 10 + 12 + 0.00256 = 1136.42496 us.
-// Enable once the simulator (or the documented model) is settled.
-TEST(Sim, DISABLED_GroupPipelineHidesTheNextGroupsGatherUnderThisGroupsPull) {
+//   = 39.4 + 4 x 235.5056 + 110 + 10 + 12 + 0.00256 = 1113.42496 us.
+// (Simulator::run once paired each group's pull with that group's own gather, 1136.42496 us.)
+TEST(Sim, GroupPipelineHidesTheNextGroupsGatherUnderThisGroupsPull) {
   HandCase s("tp2", "tp1", 1);
   const SimResult v3 = s.run(hand_cluster(), EngineKind::kV3);
   EXPECT_NEAR(v3.gather_s, (39.4 + 4 * 235.5056) * kUs, kTol);
