@@ -93,8 +93,8 @@ test-asan: deps
 # TSan: the threaded pipeline test, then the mpirun engine tests (label engine: every engine
 # row, the real producer and consumer, their background lane and watchdog threads) over the
 # MPI transport. UCX is left out of the TSan build: its memory hooks (libucm) crash under
-# TSan's interceptors, so the engine tests that need UCX skip with their reason. Races and lock
-# orders inside Open MPI are suppressed by library (tests/tsan.supp). Checked: the engine's
+# TSan's interceptors, so the engine tests that need UCX skip with their reason. Two lock-order
+# cycles inside Open MPI's components are suppressed by their functions (tests/tsan.supp). Checked: the engine's
 # watchdog flag `armed` made a plain bool (a race with the watchdog thread) fails the engine
 # tests (mpi.moe_mpi_transport among them) and passes test_pipeline.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"

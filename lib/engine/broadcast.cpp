@@ -84,6 +84,7 @@ RankStats Engines::Impl::run_broadcast_trainer(int, uint64_t) {
     meter.sub(g->staging_bytes());
   }
   device->synchronize();
+  stretch_sync_for_test(EngineKind::kBroadcast, t0);
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
   return st;
@@ -162,6 +163,7 @@ RankStats Engines::Impl::run_broadcast_consumer(int sync_index, uint64_t version
   }
   in_broadcast = false;  // every bucket is here: a loss from now on is survivable
   stall_for_test(SyncOptions::StallIn::kProcess, sync_index);
+  stretch_sync_for_test(EngineKind::kBroadcast, t0);
   st.total_s = now_s() - t0;
   st.peak_staging_bytes = meter.peak();
   stall_for_test(SyncOptions::StallIn::kVerify, sync_index);

@@ -707,14 +707,23 @@ std::string Engines::one_pass_description() const {
 const RankPlan* Engines::my_plan() const { return impl_->consumer_side.plan; }
 
 void stretch_sync_for_test(EngineKind e, double t0) {
-  static const std::pair<std::string, double> hook = []() -> std::pair<std::string, double> {
+  // NAME:F[,NAME:F...]: the factor of each named engine.
+  static const std::map<std::string, double> hook = [] {
+    std::map<std::string, double> m;
     const char* v = std::getenv("SHARDSYNC_TEST_SLOW_ENGINE");
-    const char* colon = v ? std::strchr(v, ':') : nullptr;
-    if (!colon) return {"", 1.0};
-    return {std::string(v, colon), std::max(1.0, std::atof(colon + 1))};
+    std::string rest = v ? v : "";
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string item = rest.substr(0, comma);
+      const size_t colon = item.find(':');
+      if (colon != std::string::npos) m[item.substr(0, colon)] = std::max(1.0, std::atof(item.c_str() + colon + 1));
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    }
+    return m;
   }();
-  if (hook.second <= 1 || hook.first != engine_name(e)) return;
-  for (const double until = t0 + (now_s() - t0) * hook.second; now_s() < until;) {
+  const auto it = hook.find(engine_name(e));
+  if (it == hook.end() || it->second <= 1) return;
+  for (const double until = t0 + (now_s() - t0) * it->second; now_s() < until;) {
   }
 }
 

@@ -413,9 +413,9 @@ struct Engines::Impl {
   DeviceBuffer& layerwise(int32_t group, std::map<int32_t, DeviceBuffer>& buffers, StagingMeter& meter);
 };
 
-// Test hook: SHARDSYNC_TEST_SLOW_ENGINE=NAME:F (as v3:1.2) stretches every rank's sync of that pull
-// engine, trainers' and inference ranks', to F times its time (a spin before the sync's time is
-// taken): the sync the benchmarks report, the slowest rank's, is then F times as long, a
+// Test hook: SHARDSYNC_TEST_SLOW_ENGINE=NAME:F[,NAME:F...] (as v3:1.2 or broadcast:1.25,v4:1.25)
+// stretches every rank's sync of each named engine (broadcast and the pull engines), trainers'
+// and inference ranks', to F times its time (a spin before the sync's time is taken): the sync the benchmarks report, the slowest rank's, is then F times as long, a
 // deliberately slower engine the performance gate must catch (tests/perf). No-op otherwise.
 void stretch_sync_for_test(EngineKind e, double t0);
 
