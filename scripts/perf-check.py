@@ -361,17 +361,23 @@ def compare(speeds, baseline, confirmed=None):
     confirmed: metric -> median of all its rounds, first and confirmation, for the metrics that
     were measured again. A gated metric regresses when its first median is under the threshold
     and, where it was measured again, the median of all its rounds is too. Returns rows,
-    regressed, cleared (under after the first rounds, over after all)."""
+    regressed, cleared (under after the first rounds, over after all), uncalibrated (measured
+    without a threshold: the gate fails on them too)."""
     confirmed = confirmed or {}
-    rows, regressed, cleared = [], [], []
+    rows, regressed, cleared, uncalibrated = [], [], [], []
     for name in sorted(speeds):
         v = speeds[name]
         b = baseline["metrics"].get(name)
+        # A metric without a threshold fails until it is calibrated: one that nobody has
+        # calibrated would otherwise pass whatever it measures.
         if v is None:
-            rows.append((name, "-", "-", "new (the reference has no such metric)"))
+            rows.append((name, "-", "-", "FAILED: not calibrated (the reference has no such metric; calibrate a "
+                                          "reference that has it: make perf-calibrate)"))
+            uncalibrated.append(name)
             continue
         if b is None:
-            rows.append((name, fmt(v), "-", "new (no threshold yet)"))
+            rows.append((name, fmt(v), "-", "FAILED: not calibrated (no threshold in the baseline: make perf-calibrate)"))
+            uncalibrated.append(name)
             continue
         if not b.get("gated", True):
             rows.append((name, fmt(v), "(%s)" % fmt(b["threshold"]), "not gated: too noisy here (sigma per round %s)" % fmt(b.get("sigma_round", 0))))
@@ -390,7 +396,7 @@ def compare(speeds, baseline, confirmed=None):
         rows.append((name, fmt(final), "≥ " + fmt(thr), "REGRESSED (%.1f%% slower than the reference%s)"
                      % ((1 - final) * 100, "" if pooled is None else "; confirmed: %s after the first rounds" % fmt(v))))
         regressed.append(name)
-    return rows, regressed, cleared
+    return rows, regressed, cleared, uncalibrated
 
 
 def print_table(head, rows):
@@ -487,7 +493,7 @@ def gate(args):
         report["per_round"] = per_round
     missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None
                and not (ENGINE_ROWS and k.startswith("engine.") and k.split(".")[1] not in ENGINE_ROWS)]
-    rows, regressed, _ = compare(speeds, baseline)
+    rows, regressed, _, _ = compare(speeds, baseline)
     confirmed = {}
     if regressed and summary and args.confirm:
         # The steps of the metrics under their thresholds, again, as many rounds; each such
@@ -503,7 +509,7 @@ def gate(args):
                                   "summary": {k: pooled[k] for k in regressed}}
         for k in regressed:
             summary[k] = dict(pooled[k], first_rounds=summary[k]["rounds"], first_speed=summary[k]["speed"])
-    rows, regressed, cleared = compare(speeds, baseline, confirmed)
+    rows, regressed, cleared, uncalibrated = compare(speeds, baseline, confirmed)
     print("# performance gate: %d metrics, medians over rounds (%s), candidate %s against the reference %s"
           % (len(speeds), rounds_text(step_rounds(args)),
              "%s (%s)" % (args.build, report["candidate"]["commit"]) if "candidate" in report else args.build,
@@ -517,7 +523,7 @@ def gate(args):
     else:
         print_table(("metric", "speed", "threshold", "status"), rows)
     report.update({"speeds": speeds, "summary": summary, "regressed": regressed, "cleared": cleared,
-                   "missing": missing})
+                   "missing": missing, "uncalibrated": uncalibrated})
     if args.report:
         os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
         with open(args.report, "w") as f:
@@ -528,6 +534,10 @@ def gate(args):
     if regressed:
         print("perf-check: FAILED: %d of %d gated metrics regressed%s: %s" % (
             len(regressed), gated, " (confirmed over all rounds)" if confirmed else "", ", ".join(regressed)))
+    if uncalibrated:
+        print("perf-check: FAILED: %d measured metric(s) have no threshold (calibrate them: make perf-calibrate): %s"
+              % (len(uncalibrated), ", ".join(uncalibrated)))
+    if regressed or uncalibrated:
         return 1
     print("perf-check: passed (%d gated metrics, %d measured%s)" % (
         gated, len(speeds), "; cleared by the confirmation rounds: " + ", ".join(cleared) if cleared else ""))

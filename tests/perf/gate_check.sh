@@ -4,7 +4,8 @@
 #              timing): every metric at 1.0 passes; two gated metrics under their thresholds
 #              fail naming each and how much slower; a metric out of the gate does not fail;
 #              a baseline metric left unmeasured, a broken baseline and bad flags are refused
-#              naming the metric, field or flag; the confirmation's verdicts (cleared, confirmed);
+#              naming the metric, field or flag; a measured metric without a threshold fails;
+#              the confirmation's verdicts (cleared, confirmed);
 #              thresholds from two machines' saved runs take the noisier one's sigma.
 #   slow-copy: the real gate, this build against itself, with every CPU pack/unpack of the
 #              candidate 25% slower (SHARDSYNC_TEST_SLOW_COPY=1.25): it must fail, on at
@@ -40,6 +41,7 @@ loose = [k for k, m in b.items() if not m.get("gated", True)]
 quiet = dict(one)
 for k in loose: quiet[k] = 0.1
 json.dump(quiet, open(sys.argv[2] + "/ungated-slow.json", "w"))
+json.dump(dict(one, **{"engine.newrow.sync_s": 1.0}), open(sys.argv[2] + "/uncalibrated.json", "w"))
 partial = {k: 1.0 for k in b if k != gated[0]}
 json.dump(partial, open(sys.argv[2] + "/partial.json", "w"))
 open(sys.argv[2] + "/first", "w").write(gated[0])
@@ -68,6 +70,11 @@ PY
     [[ $rc -eq 2 ]] || die "${b%%:*}: exit $rc, expected 2: $out"
     grep -qF "${b%%:*}.json: ${b#*:}" <<<"$out" || die "${b%%:*}: message: $out"
   done
+  # A measured metric without a threshold fails until it is calibrated, even at 1.0.
+  out=$(timeout 60 "${gate[@]}" --metrics "$tmp/uncalibrated.json" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || die "a metric without a threshold: exit $rc, expected 1: $out"
+  grep -Eq "^  engine.newrow.sync_s .*FAILED: not calibrated" <<<"$out" || die "uncalibrated metric not named: $out"
+  grep -q "FAILED: 1 measured metric(s) have no threshold .*: engine.newrow.sync_s" <<<"$out" || die "no summary line for it: $out"
   out=$(timeout 60 "${gate[@]}" --metrics "$tmp/partial.json" 2>&1); rc=$?
   [[ $rc -eq 2 ]] || die "a baseline metric not measured: exit $rc, expected 2: $out"
   grep -q "metrics in the baseline were not measured: $(cat "$tmp/first")" <<<"$out" || die "missing metric not named: $out"
@@ -89,12 +96,12 @@ a, c = gated[0], gated[-1]
 thr = {k: b["metrics"][k]["threshold"] for k in (a, c)}
 speeds = {k: 1.0 for k in b["metrics"]}
 speeds[a], speeds[c] = thr[a] - 0.05, thr[c] - 0.05
-rows, regressed, cleared = pc.compare(speeds, b, {a: thr[a] + 0.01, c: thr[c] - 0.01})
+rows, regressed, cleared, _ = pc.compare(speeds, b, {a: thr[a] + 0.01, c: thr[c] - 0.01})
 status = {r[0]: r[-1] for r in rows}
 assert regressed == [c] and cleared == [a], (regressed, cleared)
 assert status[a].startswith("ok (cleared:"), status[a]
 assert "REGRESSED" in status[c] and "confirmed" in status[c], status[c]
-rows, regressed, cleared = pc.compare(speeds, b)
+rows, regressed, cleared, _ = pc.compare(speeds, b)
 assert sorted(regressed) == sorted([a, c]) and cleared == [], (regressed, cleared)
 print("confirmation: %s cleared, %s confirmed" % (a, c))
 PY
