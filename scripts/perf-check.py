@@ -15,6 +15,12 @@ Per build, each step yields these metrics:
   engine.<e>.sync_s         median over 8 timed syncs of the slowest rank's time, every byte
                             verified (mpirun -np 2 shardsync bench --model small-qwen3-moe
                             --trainer tp1 --inference tp1 --transport mpi), lower is better
+  engine_ucx.<e>.sync_s     the same for V3 and V4 over UCX, the default transport
+                            (--transport ucx), lower is better
+  engine_tp2.<e>.sync_s     the same for broadcast, V3 and V4 with the trainer at TP2
+  engine_tp2.<e>.gather_s   (mpirun -np 3 ... --trainer tp2, over MPI), and the median of the
+                            slowest trainer's TP gather time where the engine gathers (V4 reads
+                            the shards in place), lower is better
   overhead.<e>.us_per_tensor  an engine's per-tensor cost on a model of thousands of tiny
                             tensors, median of 5 repetitions (mpirun -np 2 shardsync-microbench
                             BM_EngineSync), lower is better
@@ -23,7 +29,7 @@ A round measures every step once on each build, in alternating order (reference 
 even rounds, candidate first in odd ones), so a machine that drifts slower during the run
 weighs on both. Per round and metric the relative speed is candidate / reference (reference /
 candidate where lower is better): 1.0 unchanged, 0.8 a fifth slower. The gate's value is the
-median over the step's rounds (copy 8, engine 16, overhead 8; --rounds N for all), no best-of,
+median over the step's rounds (copy 8, each engine step 16, overhead 8; --rounds N for all), no best-of,
 and it must reach the metric's threshold.
 
 Confirmation: a gated metric under its threshold after those rounds is not yet a regression.
@@ -71,7 +77,10 @@ import sys
 import tempfile
 import time
 
-STEPS = ("copy", "engine", "overhead")
+STEPS = ("copy", "engine", "engine_ucx", "engine_tp2", "overhead")
+# The steps a plain gate runs. engine_ucx and engine_tp2 join them once calibrated (their metrics
+# have no thresholds yet, and a measured metric without one fails the gate): --only selects them.
+DEFAULT_STEPS = ("copy", "engine", "overhead")
 MPIRUN = ["mpirun", "--oversubscribe"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 THRESHOLD_CAP = 0.90    # a 10% dip is always allowed: process-to-process noise the quiet calibration may not see
@@ -83,7 +92,7 @@ Z_SIGMAS = 3.5          # threshold: this many sigmas of the gate's median below
 # unchanged code 2 times in 2 (results/perf/gate/unchanged-at-ref-1be8098/): 8. Whole engine
 # syncs vary 1.2-1.4x between processes on the 2-core VM (page placement, the machine's
 # drift), so their median needs more rounds to catch a 20% slower engine: 16.
-STEP_ROUNDS = {"copy": 8, "engine": 16, "overhead": 8}
+STEP_ROUNDS = {"copy": 8, "engine": 16, "engine_ucx": 16, "engine_tp2": 16, "overhead": 8}
 # One trainer rank and one inference rank, each on its own core of a 2-core VM: four ranks
 # on two cores time the scheduler more than the engine. Over the MPI transport: on the dev
 # and CI VMs, UCX 1.13's gets (cma) and active messages (sysv) run in slow bursts, 2-5x for
@@ -93,6 +102,20 @@ STEP_ROUNDS = {"copy": 8, "engine": 16, "overhead": 8}
 # gated is the engines' own work (plan, pack, process), which both transports share.
 ENGINE_RUN = ["--model", "small-qwen3-moe", "--trainer", "tp1", "--inference", "tp1", "--transport", "mpi",
               "--syncs", "8", "--warmup", "1", "-q"]
+# The engine steps: ranks, the run's layout and transport, the rows (None: every row of the
+# engine table, or --engines), extra environment. engine: the engines' own work over MPI (above).
+# engine_ucx: the default transport, UCX, for the pull engines (its gets and active messages:
+# what users run). engine_tp2: trainer TP2 -> TP1, so the trainers' TP gathers run and are timed
+# (engine_tp2.<e>.gather_s where an engine gathers; V4 reads the shards in place and gathers
+# nothing), over MPI; three ranks on two cores.
+GATHER_ROWS = ("broadcast", "v3")  # the rows whose trainers gather whole tensors at TP2
+ENGINE_STEPS = {
+    "engine": (2, ENGINE_RUN, None, {}),
+    "engine_ucx": (2, ["--model", "small-qwen3-moe", "--trainer", "tp1", "--inference", "tp1", "--transport", "ucx",
+                       "--syncs", "8", "--warmup", "1", "-q"], ["v3", "v4"], {}),
+    "engine_tp2": (3, ["--model", "small-qwen3-moe", "--trainer", "tp2", "--inference", "tp1", "--transport", "mpi",
+                       "--syncs", "8", "--warmup", "1", "-q"], ["broadcast", "v3", "v4"], {}),
+}
 
 
 def fail(msg, status=2):
@@ -179,22 +202,32 @@ def step_copy(b):
 ENGINE_ROWS = []
 
 
-def step_engine(b):
+def step_engine(b, step="engine"):
+    ranks, run_args, rows, env = ENGINE_STEPS[step]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
-        rows = ["-e", ",".join(ENGINE_ROWS)] if ENGINE_ROWS else []
-        run(MPIRUN + ["-np", "2", b.exe("shardsync"), "bench"] + ENGINE_RUN + rows + ["--json", out], 600,
-            "engine run (shardsync bench, %s build)" % b.label, b.env)
+        rows = ENGINE_ROWS if step == "engine" and ENGINE_ROWS else rows
+        if ENGINE_ROWS and rows:
+            rows = [e for e in rows if e in ENGINE_ROWS]
+            if not rows:
+                return {}
+        rows = ["-e", ",".join(rows)] if rows else []
+        run(MPIRUN + ["-np", str(ranks), b.exe("shardsync"), "bench"] + run_args + rows + ["--json", out], 600,
+            "%s run (shardsync bench, %s build)" % (step, b.label), dict(b.env, **env))
         with open(out) as f:
             result = json.load(f)
     # Per engine, the median over its timed syncs of the slowest rank's time: one sync
-    # disturbed by a neighbour on a shared machine moves the median little.
+    # disturbed by a neighbour on a shared machine moves the median little. Where trainers
+    # gather (TP > 1), also the median over timed syncs of the slowest trainer's gather time.
     m = {}
     for e in result["engines"]:
-        timed = [s["time_s"] for s in e["syncs"] if not s.get("warmup") and not s.get("skipped")]
-        if not timed:
-            fail("engine run (%s build): %s has no timed syncs" % (b.label, e["engine"]))
-        m["engine.%s.sync_s" % e["engine"]] = statistics.median(timed)
+        syncs = [s for s in e["syncs"] if not s.get("warmup") and not s.get("skipped")]
+        if not syncs:
+            fail("%s run (%s build): %s has no timed syncs" % (step, b.label, e["engine"]))
+        m["%s.%s.sync_s" % (step, e["engine"])] = statistics.median(s["time_s"] for s in syncs)
+        gathers = [max((r.get("gather_s", 0) for r in s["ranks"] if r["role"] == "trainer"), default=0) for s in syncs]
+        if step == "engine_tp2" and e["engine"] in GATHER_ROWS:
+            m["%s.%s.gather_s" % (step, e["engine"])] = statistics.median(gathers)
     return m
 
 
@@ -221,7 +254,8 @@ def engine_names(b):
     return out.stdout.split()
 
 
-STEP_FUNCS = {"copy": step_copy, "engine": step_engine, "overhead": step_overhead}
+STEP_FUNCS = {"copy": step_copy, "engine": step_engine, "overhead": step_overhead,
+              "engine_ucx": lambda b: step_engine(b, "engine_ucx"), "engine_tp2": lambda b: step_engine(b, "engine_tp2")}
 
 
 def higher_is_better(name):
@@ -492,7 +526,7 @@ def gate(args):
         speeds = {k: s["speed"] for k, s in summary.items()}
         report["per_round"] = per_round
     missing = [k for k in baseline["metrics"] if k.split(".")[0] in args.only and speeds.get(k) is None
-               and not (ENGINE_ROWS and k.startswith("engine.") and k.split(".")[1] not in ENGINE_ROWS)]
+               and not (ENGINE_ROWS and k.startswith("engine") and k.split(".")[1] not in ENGINE_ROWS)]
     rows, regressed, _, _ = compare(speeds, baseline)
     confirmed = {}
     if regressed and summary and args.confirm:
@@ -702,7 +736,8 @@ def main():
     ap.add_argument("--no-confirm", dest="confirm", action="store_false",
                     help="judge the first rounds alone: no second set of rounds for a metric under its threshold")
     ap.add_argument("--report", default="", help="write the measured values and verdict to this JSON file")
-    ap.add_argument("--only", default=",".join(STEPS), help="steps to run: copy, engine, overhead (default: all)")
+    ap.add_argument("--only", default=",".join(DEFAULT_STEPS),
+                    help="steps to run: %s (default: %s)" % (", ".join(STEPS), ", ".join(DEFAULT_STEPS)))
     ap.add_argument("--engines", default="", metavar="ROWS",
                     help="the engine step runs these rows of the engine table only (comma list; default: every row)")
     ap.add_argument("--metrics", default="", help="judge these relative speeds (JSON name -> speed) instead of measuring")
