@@ -5,6 +5,8 @@
 # "<commit>-stamp-mismatch" where the copy's sources are not the stamped ones.
 #   cmake -DSRC=<tree> -P cmake/SourceHash.cmake    prints the hash
 function(shardsync_source_hash src out)
+  # A relative tree (make stamp passes "."), made absolute first: GLOB RELATIVE "." finds nothing.
+  get_filename_component(src "${src}" ABSOLUTE)
   file(GLOB_RECURSE files RELATIVE ${src} ${src}/apps/* ${src}/lib/* ${src}/kernels/* ${src}/cmake/*)
   list(FILTER files EXCLUDE REGEX "(__pycache__|\\.pyc$)")
   list(APPEND files CMakeLists.txt)

@@ -19,7 +19,7 @@ if [[ "${1:-}" == prepare ]]; then
   base="${2:?usage: $0 prepare BASE_COMMIT}"
   sha=$(git rev-parse --short=12 "$base^{commit}") || exit 2
   rm -rf .carry/base && mkdir -p .carry/base && git archive "$sha" | tar -x -C .carry/base || exit 1
-  src=$(cd .carry/base && cmake -DSRC=. -P cmake/SourceHash.cmake) || exit 1
+  src=$(cmake -DSRC="$PWD/.carry/base" -P cmake/SourceHash.cmake) || exit 1
   printf '%s\nsources %s\n' "$sha" "$src" > .carry/base/.shardsync-commit
   echo ".carry/base: $sha (sources $src); now make stamp, and carry .carry/base and .shardsync-commit"
   exit 0

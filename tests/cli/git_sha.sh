@@ -30,6 +30,9 @@ got=$(recorded "$d/own/copy")
 # A stamp as make stamp writes it: the commit and the hash of the copy's sources.
 mkdir -p "$d/own/copy/lib" && echo "int x;" > "$d/own/copy/lib/a.cpp"
 hash=$(cmake -DSRC="$d/own/copy" -P "$(dirname "$script")/SourceHash.cmake") || fail "SourceHash.cmake failed"
+# make stamp hashes "." from inside the tree: the same hash, one that covers lib/a.cpp.
+dot=$(cd "$d/own/copy" && cmake -DSRC=. -P "$(dirname "$(realpath "$script")")/SourceHash.cmake") || fail "SourceHash.cmake failed on ."
+[[ "$dot" == "$hash" ]] || fail "the hash of . ($dot) differs from the hash of its absolute path ($hash)"
 printf 'abc123def456\nsources %s\n' "$hash" > "$d/own/copy/.shardsync-commit"
 got=$(recorded "$d/own/copy")
 [[ "$got" == abc123def456 ]] || fail "copy with its stamp: recorded '$got', expected 'abc123def456'"
