@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test-configs.sh [OUT_DIR]: the CTest suite on the build configurations that leave out
 # optional parts, each in its own build directory, so that a skip is a skip and never a red:
-#   minimal   -DSHARDSYNC_UCX=OFF -DSHARDSYNC_CUDA=OFF, and gnuplot hidden from the tests (a
-#             private mount namespace puts an empty, non-executable file over it);
+#   minimal   -DSHARDSYNC_UCX=OFF -DSHARDSYNC_CUDA=OFF, and gnuplot hidden from the tests (in a
+#             private mount namespace its alternatives link leads nowhere);
 #   no-ucx    -DSHARDSYNC_UCX=OFF with CUDA as found (the GPU host's configuration).
 # CONFIGS="minimal no-ucx" picks them. Each writes OUT_DIR/<config>.txt: the configuration, the
 # commit, then CTest's summary with every test that failed or skipped and its reason. Exit 1
@@ -27,9 +27,14 @@ for cfg in ${CONFIGS:-minimal no-ucx}; do
     cmake --build "$dir" -j "$jobs" >> "$log" 2>&1 || { echo "$0: $cfg: the build failed; see $log" >&2; rc=1; continue; }
   run="ctest --test-dir $dir -j $jobs --timeout 900 -LE gate-self"
   if [[ $hide_gnuplot == 1 ]] && command -v gnuplot > /dev/null; then
-    gp=$(command -v gnuplot)
-    run="mount --bind /dev/null $gp && $run"
-    unshare -m bash -c "$run" > "$out/$cfg.ctest.txt" 2>&1
+    # gnuplot as if not installed: Debian's /usr/bin/gnuplot is a link through
+    # /etc/alternatives, so a copy of that directory without gnuplot's entry is mounted over it
+    # in a private mount namespace (the link then leads nowhere; every other alternative stays).
+    [[ "$(readlink /usr/bin/gnuplot)" == /etc/alternatives/gnuplot ]] ||
+      { echo "$0: cannot hide gnuplot: /usr/bin/gnuplot is not Debian's alternatives link" >&2; exit 2; }
+    alt=$(realpath "$out")/alternatives
+    rm -rf "$alt" && cp -a /etc/alternatives "$alt" && rm -f "$alt"/gnuplot*
+    unshare -m bash -c "mount --bind $alt /etc/alternatives && ! command -v gnuplot > /dev/null && $run" > "$out/$cfg.ctest.txt" 2>&1
   else
     bash -c "$run" > "$out/$cfg.ctest.txt" 2>&1
   fi
