@@ -18,7 +18,7 @@ SAN_FLAGS   := -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1" 
 SAN_LABEL   ?= sanitize
 UNIT_TESTS  := test_model test_layout test_tensor test_device test_plan test_kernels test_sim test_pipeline
 
-.PHONY: all deps deps-slurm configure build python stamp run test test-main test-asan test-tsan test-fuzz fuzz-build fuzz-long chaos test-slurm perf-check perf-calibrate clean format
+.PHONY: all deps deps-slurm configure build python stamp run test test-main test-asan test-tsan test-fuzz fuzz-build fuzz-long test-configs chaos test-slurm perf-check perf-calibrate clean format
 
 all: build
 
@@ -120,6 +120,12 @@ test-fuzz: fuzz-build
 fuzz-long: fuzz-build
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz.sh build-fuzz/fuzz-long.txt
 
+# The suite on the build configurations that leave optional parts out (not part of make test):
+# UCX and CUDA off with gnuplot hidden, and UCX off; a summary each in build-configs/
+# (scripts/test-configs.sh; CONFIGS="minimal no-ucx" picks them).
+test-configs: deps
+	scripts/test-configs.sh build-configs
+
 # Chaos (not part of make test): CHAOS_TRIALS (default 50) kills of a random inference rank at a
 # random point, across engines, with and without a replacement (scripts/chaos.py --help);
 # summary in $(BUILD_DIR)/chaos/summary.txt.
@@ -144,4 +150,4 @@ format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz *.configure.log
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz build-minimal build-no-ucx build-configs *.configure.log
