@@ -33,17 +33,28 @@ std::string format_op(const Op& op) {
   return s + ")";
 }
 
+namespace {
+
+// Piece `index` of pieces of `step` elements along a dimension of n (the last may be short,
+// those past the end are empty), without overflow for any index a plan file may hold.
+void piece_bounds(int64_t n, int64_t step, int64_t index, int64_t* start, int64_t* length) {
+  if (index < 0) throw ViewError("piece index " + std::to_string(index) + " is negative");
+  int64_t at = 0;
+  *start = __builtin_mul_overflow(index, step, &at) || at > n ? n : at;
+  *length = std::min(step, n - *start);
+}
+
+}  // namespace
+
 void chunk_bounds(int64_t n, int64_t chunks, int64_t index, int64_t* start, int64_t* length) {
   if (chunks <= 0) throw ViewError("chunk count must be positive");
-  int64_t step = (n + chunks - 1) / chunks;  // torch.chunk: ceil(n / chunks) per piece
-  *start = std::min(n, index * step);
-  *length = std::max<int64_t>(0, std::min(n, *start + step) - *start);
+  int64_t step = n / chunks + (n % chunks != 0);  // torch.chunk: ceil(n / chunks) per piece
+  piece_bounds(n, step, index, start, length);
 }
 
 void split_bounds(int64_t n, int64_t split_size, int64_t index, int64_t* start, int64_t* length) {
   if (split_size <= 0) throw ViewError("split size must be positive");
-  *start = std::min(n, index * split_size);
-  *length = std::max<int64_t>(0, std::min(n, *start + split_size) - *start);
+  piece_bounds(n, split_size, index, start, length);
 }
 
 namespace {

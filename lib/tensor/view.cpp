@@ -126,7 +126,7 @@ std::vector<int64_t> SubView::simple_strides() const {
 void SubView::narrow(int dim, int64_t start, int64_t length) {
   int d = normalize_dim(dim);
   int64_t n = size(d);
-  if (start < 0 || length < 0 || start + length > n)
+  if (start < 0 || length < 0 || start > n || length > n - start)  // no overflow for any start, length
     throw ViewError("narrow(" + std::to_string(dim) + ", " + std::to_string(start) + ", " + std::to_string(length) +
                     ") outside dimension of size " + std::to_string(n));
   narrow_subs(dims_[size_t(d)], start, length, offset_);
@@ -168,8 +168,8 @@ void SubView::reshape(std::vector<int64_t> shape) {
       infer = int(i);
     } else if (shape[i] < 0) {
       throw ViewError("reshape to negative size");
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      throw ViewError("reshape to a size that overflows");
     }
   }
   if (infer >= 0) {
