@@ -2,6 +2,7 @@
 # scripts/fuzz.sh SUMMARY: each libFuzzer target for FUZZ_SECONDS (make test-fuzz: 20; make
 # fuzz-long: 600) on the corpus kept in build-fuzz/corpus (seeded from tests/fuzz/corpus), then a
 # summary in SUMMARY: executions, corpus growth and every finding with its class and first frame.
+# FUZZ_TARGETS="plan_reader ..." runs some of them only.
 #
 # The targets: fuzz_model_config (config.json files), fuzz_plan_file (whole plan files: header
 # and checksum first) and fuzz_plan_reader (the HDF5 part of a plan file, resealed after each
@@ -30,6 +31,7 @@ export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 rc=0
 for t in model_config:config plan_file:plan plan_reader:plan-body; do
   name=${t%%:*} corpus=${t##*:}
+  [[ " ${FUZZ_TARGETS:-model_config plan_file plan_reader} " == *" $name "* ]] || continue
   mkdir -p "build-fuzz/corpus/$corpus"
   finds="build-fuzz/findings/$name"
   rm -rf "$finds" && mkdir -p "$finds"
