@@ -173,7 +173,7 @@ void add_sync_run_options(CLI::App* app, SyncRunOptions* o,
   app->add_option("--stall-at", o->stall_at,
                   "Test hook: sync=K,rank=R,in=process|verify,s=S: at sync K of each engine, inference "
                   "world rank R sleeps S seconds in its process step or before its verification (busy, "
-                  "not dead: its heartbeats go on)")
+                  "not dead: its heartbeats go on, and its own stall watchdog counts the sleep as progress)")
       ->group("Testing");
   app->add_option("--slow-rank", o->engine.slow_rank,
                   "Test hook: this world rank sleeps after every chunk")

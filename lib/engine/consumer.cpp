@@ -463,7 +463,13 @@ RankStats Engines::Impl::run_consumer(EngineKind e, int sync_index, uint64_t ver
 void Engines::Impl::stall_for_test(SyncOptions::StallIn where, int sync_index) {
   if (sync_index != opt.stall_at_sync || world.rank != opt.stall_rank || opt.stall_in != where) return;
   waiting(where == SyncOptions::StallIn::kVerify ? "stalled before verification (--stall-at)" : "stalled in the process step (--stall-at)");
-  std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_s));
+  // A rank busy in a long step: its own watchdog counts the stall as progress, so that what a
+  // test sees is the peers' view of it (their watchdogs, their liveness), never a race with
+  // this rank's own watchdog ending it first.
+  for (const double until = now_s() + opt.stall_s; now_s() < until;) {
+    beat();
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.1, std::max(0.0, until - now_s()))));
+  }
 }
 
 void Engines::Impl::share_in_node(const ConsumerSchedule& s, int sync_index, RankStats& st, std::set<int32_t>* lost) {
