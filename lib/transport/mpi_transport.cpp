@@ -74,8 +74,24 @@ void MpiTransport::bootstrap(MPI_Comm world, const Registration& reg) {
     two_sided_ = true;
     return;
   }
+  MPI_CHECK(MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN));  // a window's default is fatal
   MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
 }
+
+namespace {
+
+// A read's MPI call failed (its window and communicator return errors): the error names the rank
+// read from, as a dead peer's reads fail (Open MPI's shared-memory reads from a process that is
+// gone), so that the run ends naming the rank it lost rather than in MPI's own abort.
+void read_check(int rc, int peer) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  MPI_Error_string(rc, msg, &n);
+  throw Error("mpi transport: a read from rank " + std::to_string(peer) + " failed: " + std::string(msg, size_t(n)));
+}
+
+}  // namespace
 
 Transport::GetId MpiTransport::get(int peer, size_t remote_offset, size_t local_offset, size_t bytes) {
   if (bytes > size_t(INT_MAX)) throw Error("mpi transport: a get of more than 2 GiB");
@@ -90,12 +106,13 @@ Transport::GetId MpiTransport::get(int peer, size_t remote_offset, size_t local_
     int64_t hdr[3] = {int64_t(remote_offset), int64_t(bytes), tag};
     std::memcpy(sends_.back().bytes.data(), hdr, sizeof hdr);
     MPI_CHECK(MPI_Isend(sends_.back().bytes.data(), int(sizeof hdr), MPI_BYTE, peer, kReadReqTag, comm_, &sends_.back().req));
-    gets_.emplace(id, req);
+    gets_.emplace(id, Get{req, peer});
     return id;
   }
-  MPI_CHECK(MPI_Rget(landing_ + local_offset, int(bytes), MPI_BYTE, peer, MPI_Aint(remote_offset), int(bytes), MPI_BYTE,
-                     win_, &req));
-  gets_.emplace(id, req);
+  read_check(MPI_Rget(landing_ + local_offset, int(bytes), MPI_BYTE, peer, MPI_Aint(remote_offset), int(bytes), MPI_BYTE,
+                      win_, &req),
+             peer);
+  gets_.emplace(id, Get{req, peer});
   return id;
 }
 
@@ -104,7 +121,7 @@ bool MpiTransport::test(GetId id) {
   auto it = gets_.find(id);
   if (it == gets_.end()) throw Error("mpi transport: unknown get id");
   int done = 0;
-  MPI_CHECK(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE));
+  read_check(MPI_Test(&it->second.req, &done, MPI_STATUS_IGNORE), it->second.peer);
   if (done) gets_.erase(it);
   return done != 0;
 }

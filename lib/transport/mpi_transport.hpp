@@ -43,7 +43,11 @@ class MpiTransport : public Transport {
   uint8_t* landing_ = nullptr;
   size_t landing_bytes_ = 0;
   std::deque<Pending> sends_;  // deque: element addresses stay valid while MPI holds them
-  std::unordered_map<GetId, MPI_Request> gets_;
+  struct Get {
+    MPI_Request req;
+    int peer;
+  };
+  std::unordered_map<GetId, Get> gets_;
   std::string rma_error_;
   std::vector<int> forgotten_;
   GetId next_id_ = 1;
