@@ -37,16 +37,24 @@ for e in engines:
     if c["fitted_on"].get("tensor_us." + e) != [row + " " + e]: bad.append("fitted_on.tensor_us.%s = %r" % (e, c["fitted_on"].get("tensor_us." + e)))
 if bad: sys.exit("FAIL: " + "; ".join(bad))
 PY
-# The calibration run read back: every engine within 0.5% and labelled fitted.
+# The calibration run read back: every engine within 0.5% and labelled fitted. Except where the
+# measured bandwidths alone already take longer than the engine's run (a busy machine measures
+# them low; a refit then came out 5-61% over on a loaded 2-core VM): its per-tensor cost is 0,
+# the cluster file's sources say so, and the read-back is the bandwidths' time, over measured.
 out=$("$ss" simulate --compare "$dir/cal.run.json" --cluster "$dir/cal.json" 2>&1) || fail "compare exit: $out"
 echo "$out" | python3 -c '
-import re, sys
+import json, re, sys
+c = json.load(open(sys.argv[1]))
 rows = [l.split() for l in sys.stdin if re.match(r"^  (broadcast|v[0-9]) +[-0-9.]+ +[-0-9.]+ .*(fitted \(|predicted$)", l)]
 if len(rows) != 5: sys.exit("FAIL: %d compare rows" % len(rows))
 for r in rows:
-    if abs(float(r[3])) > 0.5: sys.exit("FAIL: %s refit off by %s%%" % (r[0], r[3]))
+    floor = "already more than measured: 0" in c["sources"].get("tensor_us." + r[0], "")
+    if floor:
+        if c["costs"]["tensor_us"][r[0]] != 0 or float(r[3]) < 0:
+            sys.exit("FAIL: %s at the bandwidth floor: cost %r, error %s%%" % (r[0], c["costs"]["tensor_us"][r[0]], r[3]))
+    elif abs(float(r[3])) > 0.5: sys.exit("FAIL: %s refit off by %s%%" % (r[0], r[3]))
     if not r[7].startswith("fitted"): sys.exit("FAIL: %s basis %s" % (r[0], r[7]))
-' || exit 1
+' "$dir/cal.json" || exit 1
 # Refused: a calibration with another mode.
 if "$ss" simulate --calibrate "$dir/x.json" --reproduce > "$dir/refused.log" 2>&1; then fail "--calibrate --reproduce accepted"; fi
 grep -q "a calibration alone" "$dir/refused.log" || fail "no reason for the refusal: $(cat "$dir/refused.log")"
