@@ -1,33 +1,18 @@
-// libFuzzer target: the plan reader below the checksum. The input is the HDF5 part of a plan
-// file; the target puts a header before it and seals it (reseal_plan_file: the length and
-// checksum of these very bytes), so every mutation reaches the HDF5 reading code instead of
-// being refused by the checksum (fuzz_plan_file covers the header and the checksum). Any input
-// must be read back as valid plans or refused with an InputError. A crash inside libhdf5 itself
-// is reported by the fuzzer like any other (make fuzz-long's summary names it).
-#include <unistd.h>
-
+// libFuzzer target: the plan reader below the checksums. The input is the HDF5 part of a plan
+// file; the target puts a header before it and reseals it (reseal_plan_file: each rank's content
+// hash, then the header's length and checksum of these very bytes), so every mutation reaches
+// the HDF5 reading code instead of the checksums' refusal (fuzz_plan_file covers the header and
+// the checksum). Any input must be read back as valid plans or refused with an InputError. A
+// crash inside libhdf5 itself is reported like any other (scripts/fuzz.sh classes it).
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
-#include "layout/parse.hpp"
-#include "plan/store.hpp"
-
-namespace {
-struct Fixture {
-  shardsync::ModelSpec model = shardsync::load_model("tiny-qwen3-moe");
-  shardsync::InferencePlacement inf{model, [] {
-                                       auto l = shardsync::parse_inference_spec("dp2,ep2");
-                                       l.replicas = 1;
-                                       return l;
-                                     }()};
-  std::string path = "/tmp/shardsync-fuzz-plan-reader-" + std::to_string(getpid()) + ".h5";
-};
-}  // namespace
+#include "plan_fixture.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Fixture fx;
+  static shardsync::fuzz::PlanFixture fx("fuzz-plan-reader");
   FILE* f = std::fopen(fx.path.c_str(), "wb");
   if (!f) return 0;
   const std::vector<char> header(size_t(shardsync::kPlanHeaderBytes), ' ');
