@@ -7,7 +7,7 @@ SS          := $(BUILD_DIR)/apps/shardsync
 # Local ranks may outnumber cores; as root Open MPI also needs the two ALLOW variables.
 MPIRUN      ?= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
 
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 # Sanitizer and fuzz builds: host-only code (no CUDA), separate build directories, at -O1 with
 # line tables only (-g1): the sanitizers' usual level, and on the 2-core VM the sanitized
 # engine.cpp compiles in 22 s instead of 71 s at RelWithDebInfo's -O2 -g (the builds were

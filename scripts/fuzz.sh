@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh SUMMARY: each libFuzzer target for FUZZ_SECONDS (make test-fuzz: 15; make
+# scripts/fuzz.sh SUMMARY: each libFuzzer target for FUZZ_SECONDS (make test-fuzz: 10; make
 # fuzz-long: 600) on the corpus kept in build-fuzz/corpus (seeded from tests/fuzz/corpus), then a
 # summary in SUMMARY: executions, corpus growth and every finding with its class and first frame.
 # FUZZ_TARGETS="plan_reader ..." runs some of them only.
