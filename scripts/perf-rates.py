@@ -58,12 +58,8 @@ def runs_of(path):
         return [(r, {}, None) for r in j["runs"]]
     if "summary" not in j or "reference" not in j:
         die("%s: expected a gate report (summary, reference) or a calibration (runs)" % path)
-    summary = dict(j["summary"])
-    # The confirmation's rounds were measured after the first ones: a gate report keeps the first
-    # rounds of a confirmed metric as first_rounds, all of them as rounds.
-    for k, s in summary.items():
-        if "first_rounds" in s:
-            summary[k] = dict(s, rounds=s["rounds"])
+    # A confirmed metric's "rounds" hold its first rounds and the confirmation's, in that order.
+    summary = j["summary"]
     verdict = {"regressed": j.get("regressed", []), "cleared": j.get("cleared", []), "speeds": j.get("speeds", {}),
                "confirmed": (j.get("confirmation") or {}).get("speeds", {})}
     return [(summary, j.get("candidate_env") or {}, verdict)]
