@@ -19,52 +19,6 @@
 
 namespace shardsync {
 
-namespace {
-
-// Every element of the version at its own seed: one hash an element (the fast path).
-void fill_at_seed(uint8_t* p, uint64_t seed, int64_t first, int64_t n, int64_t elem_bytes) {
-  switch (elem_bytes) {
-    case 2: {
-      auto* q = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_element(seed, first + i, 2));
-      return;
-    }
-    case 4: {
-      auto* q = reinterpret_cast<uint32_t*>(p);
-      for (int64_t i = 0; i < n; ++i) q[i] = synth_element(seed, first + i, 4);
-      return;
-    }
-    case 1:
-      for (int64_t i = 0; i < n; ++i) p[i] = uint8_t(synth_element(seed, first + i, 1));
-      return;
-    default:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t v = synth_element(seed, first + i, elem_bytes);
-        std::memset(p + i * elem_bytes, 0, size_t(elem_bytes));
-        std::memcpy(p + i * elem_bytes, &v, size_t(std::min<int64_t>(elem_bytes, 4)));
-      }
-  }
-}
-
-}  // namespace
-
-void synth_fill(void* dst, const SynthKey& key, int64_t first, int64_t n, int64_t elem_bytes) {
-  auto* p = static_cast<uint8_t*>(dst);
-  if (key.change_below == kEveryUnit) return fill_at_seed(p, key.seed, first, n, elem_bytes);
-  if (key.unit == 0 && elem_bytes == 2) {  // uniform, bf16 (most weights): element by element, inline
-    auto* q = reinterpret_cast<uint16_t*>(p);
-    for (int64_t i = 0; i < n; ++i) q[i] = uint16_t(synth_value(key, first + i, 2));
-    return;
-  }
-  // Clustered: a unit's elements share their last change, looked up once a unit.
-  for (int64_t i = 0; i < n;) {
-    const int64_t e = first + i;
-    const int64_t run = key.unit > 0 ? std::min(n - i, key.unit - e % key.unit) : 1;
-    fill_at_seed(p + i * elem_bytes, synth_seed(key.hf, last_change(key, e)), e, run, elem_bytes);
-    i += run;
-  }
-}
-
 void cpu_synth(const SynthJob& job) {
   const int64_t eb = job.elem_bytes;
   for_each_run(job.desc, [&](int64_t s, int64_t d, int64_t n, int64_t ss, int64_t ds) {
