@@ -134,7 +134,7 @@ chaos: build
 
 # The performance gate: this build against a build of the commit results/perf-baseline.json
 # names (built once under $(BUILD_DIR)/perf-ref/), the same steps on both, interleaved, median
-# over rounds (copy 8, engine 16, overhead 8), a metric under its threshold measured again for
+# over rounds (copy 8, engine 24, overhead 8), a metric under its threshold measured again for
 # as many rounds and judged on all (scripts/perf-check.py --help). perf-calibrate:
 # PERF_CALIBRATE_RUNS (default 4) gate runs of this build against itself set the thresholds, and
 # the reference is this commit.
