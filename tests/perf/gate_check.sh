@@ -137,8 +137,8 @@ slow-copy|slow-v3)
   # The v3 case runs V3 alone (--engines v3: a fifth of the time per run) for 32 rounds and,
   # once under its threshold, 32 more to confirm: engine process pairs vary from round to
   # round (V3 alone with the hook on the AMD EPYC dev VM: sigma of one round 6.1%, median 0.836
-  # over 16 rounds), so the median of 32 lies 2.8 sigmas under the 0.874 threshold, where 16
-  # would leave 2.0.
+  # over 16 rounds), so the median of 32 lies 2.8 sigmas under the threshold of then, 0.874 (0.890
+  # since the engine step runs 24 rounds), where 16 would leave 2.0.
   if [[ $mode == slow-copy ]]; then hook=SHARDSYNC_TEST_SLOW_COPY=1.25; only=copy; rounds=(--rounds 4); want='copy\.[a-z0-9_]+\.(pack|pack_each|unpack)'
   else hook=SHARDSYNC_TEST_SLOW_ENGINE=v3:1.2; only=engine; rounds=(--rounds 32 --engines v3); want='engine\.v3\.sync_s'; fi
   out=$(timeout 1500 "${gate[@]}" --reference-build "$build" --candidate-env "$hook" --only $only "${rounds[@]}" \
