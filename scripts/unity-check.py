@@ -17,7 +17,8 @@ by target, every name that one source declares and another of the same target de
 refers to (locals and parameters left out), each using-directive, and each macro a source
 defines (and does not #undef) that another names. Findings
 judged harmless are listed in KNOWN below with why; the exit status is 1 when there is any
-other. Run it after adding a source or a file-local helper to a target.
+other. Run it after adding a source or a file-local helper to a target; UNITY_CHECK_TARGETS="a b"
+checks those targets only.
 """
 import collections
 import json
@@ -36,6 +37,8 @@ KNOWN = {
     ("shardsync_engine", "put"): "identical put/take wrappers of common/bytes.hpp in schedule.cpp and "
                                  "weights.cpp: in one batch a redefinition error",
     ("shardsync_engine", "take"): "as put",
+    ("shardsync_plan", "load_weight"): "one function template: declared in plan/loaders.hpp, defined and "
+                                       "instantiated in loaders.cpp",
     ("shardsync_transport", "make_hybrid_transport"): "one function: declared in registry.cpp, defined "
                                                       "in hybrid_transport.cpp",
     ("test_device", "using namespace test"): "test_fast_copy.cpp's, inside shardsync's anonymous namespace: "
@@ -44,17 +47,22 @@ KNOWN = {
 }
 
 QUERY = """set output dump
+set traversal AsIs
 match namedDecl(isExpansionInMainFile(), hasDeclContext(anyOf(translationUnitDecl(), namespaceDecl())))
 match varDecl(isExpansionInMainFile(), unless(hasDeclContext(anyOf(translationUnitDecl(), namespaceDecl()))))
+match bindingDecl(isExpansionInMainFile())
 match usingDirectiveDecl(isExpansionInMainFile())
 match declRefExpr(isExpansionInMainFile())
+match unresolvedLookupExpr(isExpansionInMainFile())
 """
 SKIP_WORDS = {"used", "referenced", "implicit", "constexpr", "invalid", "struct", "class", "union", "enum",
               "typename", "inline", "static", "extern", "cinit", "callinit", "listinit", "definition",
               "consteval"}
 DECL = re.compile(r"^(\w+Decl) (0x[0-9a-f]+) (?:parent 0x[0-9a-f]+ )?(?:prev (0x[0-9a-f]+) )?<[^>]*> "
                   r"(?:line|col):\d+(?::\d+)? (.*)$")
-REF = re.compile(r"^DeclRefExpr .*? (Function|Var|FunctionTemplate|EnumConstant) (0x[0-9a-f]+) '([^']+)'")
+REF = re.compile(r"^DeclRefExpr .*? (Function|Var|FunctionTemplate|EnumConstant) (0x[0-9a-f]+) '([^']+)'", re.M)
+# A call in a template that depends on its parameters: the name, looked up at instantiation.
+UNRESOLVED = re.compile(r"^UnresolvedLookupExpr .*? = '([^']+)'", re.M)
 
 
 def configure(bdir):
@@ -71,13 +79,19 @@ def configure(bdir):
 def scan(bdir, src):
     out = subprocess.run([CLANG_QUERY, "-p", bdir, "-f", os.path.join(bdir, "unity-check.query"), src],
                          capture_output=True, text=True).stdout
-    # The first two matchers' dumps: namespace-scope declarations, then locals; clang-query ends
-    # each matcher's output with "N matches.".
+    # The first matchers' dumps: namespace-scope declarations, then locals and structured
+    # bindings (with the variables they hold); clang-query ends each matcher's output with
+    # "N matches.".
     declared, usings, local_addrs, own_addrs = set(), [], set(), set()
     section = 1
     for line in out.splitlines():
         if re.match(r"^\d+ match(es)?\.$", line):
             section += 1
+            continue
+        if section in (2, 3):
+            local_addrs.update(re.findall(r"\w+Decl (0x[0-9a-f]+)", line))
+            if section == 3:  # the variable a binding of a tuple-like type reads
+                local_addrs.update(re.findall(r" Var (0x[0-9a-f]+) ", line))
             continue
         m = DECL.match(line)
         if not m:
@@ -89,9 +103,6 @@ def scan(bdir, src):
                 ns = re.search(r"Namespace 0x[0-9a-f]+ '([^']*)'", rest)
                 usings.append("using namespace " + (ns.group(1) if ns else "?"))
             continue
-        if section == 2:
-            local_addrs.add(addr)
-            continue
         if section != 1 or kind == "NamespaceDecl":
             continue
         own_addrs.add(addr)
@@ -101,6 +112,7 @@ def scan(bdir, src):
         if names:
             declared.add(names[0])
     refs = {name for _, addr, name in REF.findall(out) if addr not in local_addrs}
+    refs |= set(UNRESOLVED.findall(out))
     return declared, set(usings), refs
 
 
@@ -110,9 +122,10 @@ def main():
     with open(os.path.join(bdir, "unity-check.query"), "w") as f:
         f.write(QUERY)
     targets = collections.defaultdict(dict)
+    only = os.environ.get("UNITY_CHECK_TARGETS", "").split()
     for e in json.load(open(os.path.join(bdir, "compile_commands.json"))):
         t = re.search(r"CMakeFiles/([^/]+)\.dir/", e["command"])
-        if t and e["file"].endswith(".cpp"):
+        if t and e["file"].endswith(".cpp") and (not only or t.group(1) in only):
             targets[t.group(1)][os.path.relpath(e["file"], ROOT)] = scan(bdir, e["file"])
     findings = []
     for t, files in sorted(targets.items()):
