@@ -7,6 +7,12 @@ SS          := $(BUILD_DIR)/apps/shardsync
 # Local ranks may outnumber cores; as root Open MPI also needs the two ALLOW variables.
 MPIRUN      ?= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
 
+# A build directory is made with Ninja (make deps installs it): it compiles a target's sources
+# while the libraries it links are still being built, where Make's per-target order waits. One
+# that exists keeps the generator it was made with.
+# (A shell test: make expands a recipe before running its first line.)
+CMAKE_GEN    = $$([ -f $(1)/CMakeCache.txt ] || echo -G Ninja)
+
 FUZZ_SECONDS ?= 10
 # Sanitizer builds (the fuzzers share the ASan one): host-only code (no CUDA), separate build
 # directories, at -O1 with line tables only (-g1): the sanitizers' usual level, and on the
@@ -37,7 +43,7 @@ deps-slurm:
 	@scripts/deps.sh --slurm
 
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >$(BUILD_DIR).configure.log 2>&1 \
+	@cmake -S . -B $(BUILD_DIR) $(call CMAKE_GEN,$(BUILD_DIR)) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >$(BUILD_DIR).configure.log 2>&1 \
 	  || { cat $(BUILD_DIR).configure.log; exit 1; }
 	@grep -E "^-- shardsync" $(BUILD_DIR).configure.log || true
 
@@ -98,7 +104,7 @@ ASAN_CONFIG := $(SAN_FLAGS) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang+
 asan-configure: deps
 	@if [ -f build-asan/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++$$' build-asan/CMakeCache.txt; then \
 	  echo "build-asan: made with another compiler, removed"; rm -rf build-asan; fi
-	@cmake -S . -B build-asan $(ASAN_CONFIG) >build-asan.configure.log 2>&1 \
+	@cmake -S . -B build-asan $(call CMAKE_GEN,build-asan) $(ASAN_CONFIG) >build-asan.configure.log 2>&1 \
 	  || { cat build-asan.configure.log; exit 1; }
 
 test-asan: asan-configure
@@ -119,7 +125,7 @@ test-asan: asan-configure
 # tests (mpi.moe_mpi_transport among them) and passes test_pipeline.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"
 test-tsan: deps
-	@cmake -S . -B build-tsan $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=thread -DSHARDSYNC_UCX=OFF >build-tsan.configure.log 2>&1 \
+	@cmake -S . -B build-tsan $(call CMAKE_GEN,build-tsan) $(SAN_FLAGS) -DSHARDSYNC_SANITIZE=thread -DSHARDSYNC_UCX=OFF >build-tsan.configure.log 2>&1 \
 	  || { cat build-tsan.configure.log; exit 1; }
 	cmake --build build-tsan -j $(JOBS) --target test_pipeline shardsync
 	$(TSAN_ENV) build-tsan/tests/test_pipeline
