@@ -6,9 +6,9 @@ if(SHARDSYNC_WERROR)
 endif()
 target_compile_options(shardsync_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_warn}>)
 
-if(SHARDSYNC_FUZZ)
-  target_compile_options(shardsync_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
-endif()
+# SHARDSYNC_FUZZ's coverage instrumentation (-fsanitize=fuzzer-no-link) goes on the fuzzers and
+# the libraries they link only (tests/fuzz/CMakeLists.txt), so one clang ASan+UBSan build serves
+# both make test-asan and the fuzzers without instrumenting the engine for them.
 if(SHARDSYNC_SANITIZE)
   set(_san -fsanitize=${SHARDSYNC_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_compile_options(shardsync_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_san}>)

@@ -8,7 +8,7 @@
 set -euo pipefail
 
 packages=(
-  cmake make g++ pkg-config
+  cmake make ninja-build g++ pkg-config
   libopenmpi-dev openmpi-bin
   libucx-dev
   libhdf5-dev hdf5-tools

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh SUMMARY: each libFuzzer target for FUZZ_SECONDS (make test-fuzz: 10; make
-# fuzz-long: 600) on the corpus kept in build-fuzz/corpus (seeded from tests/fuzz/corpus), then a
+# fuzz-long: 600) on the corpus kept in build-asan/corpus (seeded from tests/fuzz/corpus), then a
 # summary in SUMMARY: executions, corpus growth and every finding with its class and first frame.
+# The fuzzers are built in the ASan build, build-asan (make fuzz-build).
 # FUZZ_TARGETS="plan_reader ..." runs some of them only.
 #
 # The targets: fuzz_model_config (config.json files), fuzz_plan_file (whole plan files: header
@@ -22,8 +23,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: $0 SUMMARY}"
 secs="${FUZZ_SECONDS:-20}"
+b=build-asan
 for t in model_config plan_file plan_reader; do
-  [[ -x build-fuzz/tests/fuzz/fuzz_$t ]] || { echo "$0: build the fuzzers first (make fuzz-build): no build-fuzz/tests/fuzz/fuzz_$t" >&2; exit 1; }
+  [[ -x $b/tests/fuzz/fuzz_$t ]] || { echo "$0: build the fuzzers first (make fuzz-build): no $b/tests/fuzz/fuzz_$t" >&2; exit 1; }
 done
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo '?')
 echo "# fuzz: $(date -u +%Y-%m-%dT%H:%MZ), commit $commit, $secs s per target, $(nproc) cores" > "$out"
@@ -32,16 +34,16 @@ rc=0
 for t in model_config:config plan_file:plan plan_reader:plan-body; do
   name=${t%%:*} corpus=${t##*:}
   [[ " ${FUZZ_TARGETS:-model_config plan_file plan_reader} " == *" $name "* ]] || continue
-  mkdir -p "build-fuzz/corpus/$corpus"
-  finds="build-fuzz/findings/$name"
+  mkdir -p "$b/corpus/$corpus"
+  finds="$b/findings/$name"
   rm -rf "$finds" && mkdir -p "$finds"
-  before=$(ls "build-fuzz/corpus/$corpus" | wc -l)
-  log="build-fuzz/fuzz-$name.log"
-  ./build-fuzz/tests/fuzz/fuzz_$name -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 -timeout=10 \
+  before=$(ls "$b/corpus/$corpus" | wc -l)
+  log="$b/fuzz-$name.log"
+  ./$b/tests/fuzz/fuzz_$name -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 -timeout=10 \
     -rss_limit_mb=2048 -max_total_time="$secs" -artifact_prefix="$finds/" \
-    "build-fuzz/corpus/$corpus" "tests/fuzz/corpus/$corpus" > "$log" 2>&1
+    "$b/corpus/$corpus" "tests/fuzz/corpus/$corpus" > "$log" 2>&1
   frc=$?
-  after=$(ls "build-fuzz/corpus/$corpus" | wc -l)
+  after=$(ls "$b/corpus/$corpus" | wc -l)
   runs=$(grep -oE "^#[0-9]+" "$log" | tail -1 | tr -d '#')
   cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1)
   n=$(ls "$finds" | wc -l)
@@ -50,7 +52,7 @@ for t in model_config:config plan_file:plan plan_reader:plan-body; do
   echo "fuzz_$name: executions ${runs:-?}, corpus $before -> $after files, ${cov:-cov ?}, findings $n" >> "$out"
   for f in "$finds"/*; do
     [[ -e "$f" ]] || continue
-    trace=$(timeout 60 ./build-fuzz/tests/fuzz/fuzz_$name "$f" 2>&1)
+    trace=$(timeout 60 ./$b/tests/fuzz/fuzz_$name "$f" 2>&1)
     what=$(echo "$trace" | grep -m1 -oE "ERROR: [A-Za-z]+: [a-z-]+|runtime error: .{0,60}|ERROR: libFuzzer: [a-z-]+" || echo "?")
     # The first frame outside the runtime: "#N 0x... in FUNCTION FILE" or "#N 0x...  (MODULE+0x..)".
     frame=$(echo "$trace" | grep -E "^ +#[0-9]+ 0x" |

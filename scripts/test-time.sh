@@ -4,6 +4,8 @@
 # pays: it runs .ci/run's steps one make target at a time, each timed, stops at the first that
 # fails, and writes OUT_DIR (default results/test-time/<date>) /summary.txt and /times.json with
 # the commit, the machine's cores and memory, and each step's seconds and exit status.
+# PERF_CHECK=0 leaves perf-check out (make test's steps only: the gate's benchmarks take the
+# machine for half an hour).
 set -u
 cd "$(dirname "$0")/.."
 out="${1:-results/test-time/$(date -u +%Y-%m-%d)}"
@@ -15,7 +17,8 @@ sum="$out/summary.txt"
   echo "# make test, step by step, at $sha on $(hostname): $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "# started $(date -u +%Y-%m-%dT%H:%M:%SZ); a fresh clone: $( [[ -d build ]] && echo no || echo yes )"
 } | tee "$sum"
-steps=("deps-slurm" "build" "test-main" "test-asan" "test-tsan" "test-fuzz" "perf-check")
+steps=("deps-slurm" "build" "test-main" "test-asan" "test-tsan" "test-fuzz")
+[[ "${PERF_CHECK:-1}" == 0 ]] || steps+=("perf-check")
 json="["
 total=0
 status=0

@@ -559,7 +559,7 @@ void setup_simulate_command(CLI::App& app, int argc, char** argv) {
       if (o->reproduce || !o->compare.empty() || o->fewer_bytes || (!o->calibrate.empty() && !o->fit.empty()))
         throw InputError(flag, path, "a calibration alone (not with --reproduce, --compare, --fewer-bytes, or both "
                                      "--calibrate and --fit)");
-      if (!o->calibrate.empty()) throw SubcommandExit(run_calibrate(*o, argc, argv));
+      if (!o->calibrate.empty()) throw SubcommandExit{run_calibrate(*o, argc, argv)};
       run_fit(*o, argc, argv);
       return;
     }

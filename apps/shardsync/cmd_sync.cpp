@@ -12,7 +12,7 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv) {
   auto* sync = app.add_subcommand(
       "sync", "Run weight syncs under mpirun: ranks 0..T-1 train, the rest serve inference (verified bit-exact)");
   add_sync_run_options(sync, sync_opts.get(), {EngineKind::kV3});
-  sync->callback([sync_opts, argc, argv] { throw SubcommandExit(run_syncs(*sync_opts, argc, argv)); });
+  sync->callback([sync_opts, argc, argv] { throw SubcommandExit{run_syncs(*sync_opts, argc, argv)}; });
 
   auto bench_opts = std::make_shared<SyncRunOptions>();
   auto* bench = app.add_subcommand(
@@ -20,7 +20,7 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv) {
   std::vector<EngineKind> every;
   for (const EngineSpec& e : engine_table()) every.push_back(e.kind);
   add_sync_run_options(bench, bench_opts.get(), every);
-  bench->callback([bench_opts, argc, argv] { throw SubcommandExit(run_syncs(*bench_opts, argc, argv)); });
+  bench->callback([bench_opts, argc, argv] { throw SubcommandExit{run_syncs(*bench_opts, argc, argv)}; });
 
   auto join_opts = std::make_shared<JoinOptions>();
   auto* join = app.add_subcommand(
@@ -32,7 +32,7 @@ void setup_sync_commands(CLI::App& app, int argc, char** argv) {
                    "Seconds to wait for the trainers' contacts and then for the first sync")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
-  join->callback([join_opts, argc, argv] { throw SubcommandExit(run_join(*join_opts, argc, argv)); });
+  join->callback([join_opts, argc, argv] { throw SubcommandExit{run_join(*join_opts, argc, argv)}; });
 }
 
 }  // namespace shardsync

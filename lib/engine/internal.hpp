@@ -222,7 +222,9 @@ class OnePassReads {
   // anything happened.
   template <class F>
   bool step(RankStats& st, F&& landed) {
-    return post(st) | complete(st, [&] { landed(); });
+    const bool posted = post(st);  // both run, posting first
+    const bool completed = complete(st, [&] { landed(); });
+    return posted || completed;
   }
   bool done() const { return left_.empty(); }
   int64_t bytes() const { return bytes_; }

@@ -32,13 +32,13 @@ void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   out.insert(out.end(), p, p + 4);
 }
 
-void put_bytes(std::vector<uint8_t>& out, const std::vector<uint8_t>& b) {
+void put_sized(std::vector<uint8_t>& out, const std::vector<uint8_t>& b) {
   put_u32(out, uint32_t(b.size()));
   out.insert(out.end(), b.begin(), b.end());
 }
 
 // Reads a length-prefixed field; false when the bytes run out.
-bool get_bytes(const std::vector<uint8_t>& in, size_t* pos, std::vector<uint8_t>* out) {
+bool get_sized(const std::vector<uint8_t>& in, size_t* pos, std::vector<uint8_t>* out) {
   uint32_t n = 0;
   if (*pos + 4 > in.size()) return false;
   std::memcpy(&n, in.data() + *pos, 4);
@@ -58,9 +58,9 @@ void write_contact_file(const std::string& dir, int rank, int world_size, const 
   std::vector<uint8_t> body(kContactTag, kContactTag + sizeof kContactTag - 1);
   put_u32(body, uint32_t(rank));
   put_u32(body, uint32_t(world_size));
-  put_bytes(body, as_bytes(fingerprint));
-  put_bytes(body, contact);
-  put_bytes(body, heartbeat);
+  put_sized(body, as_bytes(fingerprint));
+  put_sized(body, contact);
+  put_sized(body, heartbeat);
   std::string path = contact_path(dir, rank), tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -88,7 +88,7 @@ std::pair<std::vector<uint8_t>, std::vector<uint8_t>> read_contact_file(const st
                                              std::to_string(world_size));
   size_t pos = tag + 8;
   std::vector<uint8_t> fp, contact, heartbeat;
-  if (!get_bytes(body, &pos, &fp) || !get_bytes(body, &pos, &contact) || !get_bytes(body, &pos, &heartbeat) ||
+  if (!get_sized(body, &pos, &fp) || !get_sized(body, &pos, &contact) || !get_sized(body, &pos, &heartbeat) ||
       pos != body.size())
     throw InputError(path, "(file)", "truncated contact file");
   if (as_string(fp) != fingerprint)
@@ -135,7 +135,7 @@ void Engines::Impl::accept_joins(uint64_t version) {
     for (CtrlMsg& j : rejoin.pending_joins) {
       size_t pos = 0;
       std::vector<uint8_t> contact, fp, heartbeat;
-      if (!get_bytes(j.payload, &pos, &contact) || !get_bytes(j.payload, &pos, &fp) || !get_bytes(j.payload, &pos, &heartbeat))
+      if (!get_sized(j.payload, &pos, &contact) || !get_sized(j.payload, &pos, &fp) || !get_sized(j.payload, &pos, &heartbeat))
         continue;  // malformed: ignore
       auto refuse = [&](const std::string& why) {
         CtrlMsg r;
@@ -157,8 +157,8 @@ void Engines::Impl::accept_joins(uint64_t version) {
       } else {
         liveness.dead[size_t(r)] = 0;
         put_u32(taken, uint32_t(r));
-        put_bytes(taken, contact);
-        put_bytes(taken, heartbeat);
+        put_sized(taken, contact);
+        put_sized(taken, heartbeat);
         rejoin.last.push_back(RejoinEvent{r, inference.coord(r - world.num_trainers).replica, version, false});
       }
     }
@@ -192,7 +192,7 @@ void Engines::Impl::accept_joins(uint64_t version) {
     std::memcpy(&r, taken.data() + pos, 4);
     pos += 4;
     std::vector<uint8_t> contact, heartbeat;
-    if (!get_bytes(taken, &pos, &contact) || !get_bytes(taken, &pos, &heartbeat))
+    if (!get_sized(taken, &pos, &contact) || !get_sized(taken, &pos, &heartbeat))
       throw Error("rejoin: malformed list of replacements");
     transport->accept_peer(int(r), contact);
     heartbeats->set_peer(int(r), heartbeat);  // watched from now on, as a new process
@@ -259,9 +259,9 @@ double Engines::join(double timeout_s) {
   m.transport->join(m.world.rank, m.world.size, contacts, reg);
   CtrlMsg j;
   j.type = kMsgJoin;
-  put_bytes(j.payload, m.transport->contact());
-  put_bytes(j.payload, as_bytes(m.fingerprint()));
-  put_bytes(j.payload, m.heartbeats->contact());
+  put_sized(j.payload, m.transport->contact());
+  put_sized(j.payload, as_bytes(m.fingerprint()));
+  put_sized(j.payload, m.heartbeats->contact());
   m.transport->send(0, j);
   m.transport->flush_sends();
   return now_s() - t0;

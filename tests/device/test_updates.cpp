@@ -14,7 +14,7 @@
 namespace shardsync {
 namespace {
 
-constexpr int64_t kElems = 1 << 18;
+constexpr int64_t kUpdateElems = 1 << 18;
 
 uint32_t below(double density) { return uint32_t(std::llround(std::ldexp(density, 32))); }
 
@@ -40,7 +40,7 @@ TEST(Updates, UniformDensityChangesThatFractionAndKeepsTheRest) {
     for (uint64_t v = 1; v <= 6; ++v) {
       const SynthKey now = synth_key(11, v, below(density), 0), before = synth_key(11, v - 1, below(density), 0);
       int64_t changed = 0;
-      for (int64_t i = 0; i < kElems; ++i) {
+      for (int64_t i = 0; i < kUpdateElems; ++i) {
         const bool moved = last_change(now, i) == v;
         changed += moved;
         if (moved) {
@@ -50,8 +50,8 @@ TEST(Updates, UniformDensityChangesThatFractionAndKeepsTheRest) {
           ASSERT_EQ(synth_value(now, i, 2), synth_value(before, i, 2));
         }
       }
-      const double got = double(changed) / double(kElems);
-      EXPECT_NEAR(got, density, 4 * std::sqrt(density * (1 - density) / double(kElems)) + 1e-9)
+      const double got = double(changed) / double(kUpdateElems);
+      EXPECT_NEAR(got, density, 4 * std::sqrt(density * (1 - density) / double(kUpdateElems)) + 1e-9)
           << "density " << density << " version " << v;
     }
   }
