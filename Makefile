@@ -175,4 +175,4 @@ format:
 	find apps lib kernels tests -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz build-minimal build-no-ucx build-configs *.configure.log
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz build-minimal build-no-ucx build-configs build-unity-check *.configure.log
